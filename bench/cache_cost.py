@@ -1,0 +1,219 @@
+"""Issue 7, item 3: what the answer cache costs.
+
+    python -m bench.cache_cost [--quick] [--json PATH] [--plots DIR] [--sizes 10000,100000]
+
+A. At the client, through `python -m proxy serve` in front of the mock upstream (proxy on
+   core 0, client + mock on core 1, non-streaming): exact hits and semantic hits (p50/p99) at
+   concurrency 1/4/16, and a semantic miss at 50 req/s open loop (new questions: exact lookup
+   + embedding + index search + store) against the same proxy with PROXY_CACHE=off.
+B. The embedder in-process: micro-batching on (max_batch 32, max_wait 2 ms) vs off (batch 1)
+   at 1/8/32 concurrent callers: per-call p50/p99 and embeddings/s.
+C. The vector index in-process: flat (IndexFlatIP) vs HNSW (M=32) at 10k/100k/1M entries:
+   build time, search p50/p99, recall@1 of HNSW against flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from bench import lean, procs
+from loadtest.workload import WORDS
+
+PAIRS = procs.REPO / "tests" / "data" / "cache_pairs.jsonl"
+
+
+def chat(q: str) -> bytes:
+    return orjson.dumps({"model": "mock", "max_tokens": 16,
+                         "messages": [{"role": "user", "content": q}]})
+
+
+def pairs(limit: int) -> list[tuple[str, str]]:
+    rows = [json.loads(x) for x in PAIRS.read_text().splitlines() if x.strip()]
+    return [(r["a"], r["b"]) for r in rows if r.get("same")][:limit]
+
+
+def _pct(xs: list[float], p: float) -> float:
+    return float(np.percentile(xs, p)) * 1000 if xs else float("nan")
+
+
+def summarize(r: lean.RunResult, want: str | None) -> dict[str, Any]:
+    kept = [s.e2el for s in r.ok if want is None or s.headers_cache == want]
+    return {"n": len(kept), "of": len(r.samples), "p50_ms": _pct(kept, 50),
+            "p99_ms": _pct(kept, 99), "client_cpu": round(r.cpu / r.wall, 3) if r.wall else 0}
+
+
+async def through_proxy(quick: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    qa = pairs(12 if quick else 200)
+    stored = [chat(a) for a, _ in qa]
+    paraphrased = [chat(b) for _, b in qa]
+    rng = random.Random(11)
+    fresh = [chat(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20))) + f" {i}?")
+             for i in range(60 if quick else 600)]
+    with procs.mock(0, 0, "1", "mock-cache") as m:
+        for mode in ("off", "semantic"):
+            with procs.ours(m.url, "0", {"PROXY_CACHE": mode}, name=f"ours-cache-{mode}") as p:
+                url = p.url + "/v1/chat/completions"
+                await lean.run(url, [chat("warm up " + w) for w in WORDS[:50]], 4, n=50)
+                if mode == "semantic":
+                    await lean.run(url, stored, 1, n=len(stored))  # misses: stored
+                    await asyncio.sleep(1.0)  # background stores finish
+                    for c in (1, 4, 16):
+                        n = 60 if quick else 1500
+                        r = await lean.run(url, stored, c, n=n)
+                        out[f"exact_hit_c{c}"] = summarize(r, "hit/exact")
+                        r = await lean.run(url, paraphrased, c, n=n)
+                        out[f"semantic_hit_c{c}"] = summarize(r, "hit/semantic")
+                        print(f"  c={c:2} exact {out[f'exact_hit_c{c}']}\n"
+                              f"       semantic {out[f'semantic_hit_c{c}']}", flush=True)
+                r = await lean.run_rate(url, fresh, 50.0, len(fresh))
+                out[f"miss_50rps_cache_{mode}"] = summarize(r, None)
+                print(f"  50 req/s new questions, cache {mode}: "
+                      f"{out[f'miss_50rps_cache_{mode}']}", flush=True)
+    return out
+
+
+async def embedder_batching(quick: bool) -> dict[str, Any]:
+    from proxy.cache.embedder import Embedder
+
+    out: dict[str, Any] = {}
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 24))) for _ in range(512)]
+    for label, kw in (("on", {"max_batch": 32, "max_wait": 0.002}),
+                      ("off", {"max_batch": 1, "max_wait": 0.0})):
+        emb = await Embedder.load(**kw)
+        await emb.embed("warm up")
+        for conc in (1, 8, 32):
+            per = 4 if quick else max(8, 256 // conc)
+            lat: list[float] = []
+
+            async def caller(k: int, per: int = per, lat: list[float] = lat,
+                             emb: Embedder = emb) -> None:
+                for j in range(per):
+                    t = time.perf_counter()
+                    await emb.embed(texts[(k * per + j) % len(texts)])
+                    lat.append(time.perf_counter() - t)
+            t0 = time.perf_counter()
+            batches0 = emb.batches
+            await asyncio.gather(*(caller(k) for k in range(conc)))
+            wall = time.perf_counter() - t0
+            out[f"batching_{label}_c{conc}"] = {
+                "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99),
+                "per_s": round(len(lat) / wall, 1),
+                "mean_batch": round(len(lat) / max(1, emb.batches - batches0), 1)}
+            print(f"  embed batching {label:3} c={conc:2} {out[f'batching_{label}_c{conc}']}",
+                  flush=True)
+        await emb.aclose()
+    return out
+
+
+def index_scaling(sizes: list[int], quick: bool) -> dict[str, Any]:
+    import faiss
+
+    from proxy.cache.index import VectorIndex, _Partition
+
+    faiss.omp_set_num_threads(1)  # one request's search: as the proxy runs it
+    dim, out = 384, {}
+    rng = np.random.default_rng(3)
+    for size in sizes:
+        # clustered vectors (like questions on a few topics), normalized
+        centers = rng.standard_normal((max(1, size // 50), dim)).astype(np.float32)
+        vecs = centers[rng.integers(0, len(centers), size)] + \
+            0.6 * rng.standard_normal((size, dim)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        nq = 50 if quick else 300
+        qi = rng.integers(0, size, nq)
+        queries = vecs[qi] + 0.05 * rng.standard_normal((nq, dim)).astype(np.float32)
+        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+        tops: dict[str, list[int]] = {}
+        for kind in ("flat", "hnsw"):
+            index = VectorIndex(dim, hnsw_from=0 if kind == "hnsw" else 1 << 62)
+            part = _Partition(dim, index._hnsw_from)  # bulk load (adds one by one are slower)
+            part.vectors = dict(zip(range(size), vecs, strict=True))
+            t0 = time.perf_counter()
+            part.rebuild()
+            build = time.perf_counter() - t0
+            index._parts["p"] = part
+            lat, top = [], []
+            for q in queries:
+                t = time.perf_counter()
+                hits = index.search("p", q, 4)
+                lat.append(time.perf_counter() - t)
+                top.append(hits[0][0] if hits else -1)
+            tops[kind] = top
+            out[f"{kind}_{size}"] = {"build_s": round(build, 2), "search_p50_ms": _pct(lat, 50),
+                                     "search_p99_ms": _pct(lat, 99)}
+            del index, part
+        out[f"hnsw_{size}"]["recall_at_1"] = float(np.mean(
+            [a == b for a, b in zip(tops["flat"], tops["hnsw"], strict=True)]))
+        print(f"  index {size:8}: flat {out[f'flat_{size}']}  hnsw {out[f'hnsw_{size}']}",
+              flush=True)
+        del vecs
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.cache_cost")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--parts", default="proxy,embed,index")
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--plots", type=Path, default=None)
+    a = p.parse_args(argv)
+    parts = a.parts.split(",")
+    sizes = [2000] if a.quick else [int(x) for x in a.sizes.split(",")]
+    if (os.cpu_count() or 1) >= 2 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {1})
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    doc: dict[str, Any] = {}
+    if "proxy" in parts:
+        doc["proxy"] = asyncio.run(through_proxy(a.quick))
+    if "embed" in parts:
+        doc["embed"] = asyncio.run(embedder_batching(a.quick))
+    if "index" in parts:
+        doc["index"] = index_scaling(sizes, a.quick)
+    ratios: dict[str, str] = {}
+    px = doc.get("proxy", {})
+    if "miss_50rps_cache_semantic" in px:
+        added = px["miss_50rps_cache_semantic"]["p50_ms"] - px["miss_50rps_cache_off"]["p50_ms"]
+        ratios["semantic miss added p50 at 50 req/s (ms)"] = f"{added:.2f}"
+        ratios["exact hit p50 at c1 (ms)"] = f"{px['exact_hit_c1']['p50_ms']:.2f}"
+        ratios["semantic hit p50 at c1 (ms)"] = f"{px['semantic_hit_c1']['p50_ms']:.2f}"
+    em = doc.get("embed", {})
+    if "batching_on_c32" in em:
+        ratios["embeddings/s at c32, batching on/off"] = \
+            f"{em['batching_on_c32']['per_s'] / em['batching_off_c32']['per_s']:.2f}x"
+    ix = doc.get("index", {})
+    for size in sizes:
+        if f"hnsw_{size}" in ix:
+            ratios[f"search p50 flat/hnsw at {size}"] = \
+                f"{ix[f'flat_{size}']['search_p50_ms'] / ix[f'hnsw_{size}']['search_p50_ms']:.1f}x"
+    print("\nratios / headline numbers")
+    for k, v in ratios.items():
+        print(f"  {k:45} {v}")
+    doc["ratios"] = ratios
+    doc["loadavg_after"] = os.getloadavg()
+    print(f"load average after: {os.getloadavg()}")
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(doc, indent=1))
+    if a.plots:
+        from bench.plots import cache_plots
+        for path in cache_plots(doc, a.plots):
+            print(f"plot: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

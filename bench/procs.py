@@ -1,0 +1,159 @@
+"""Start/stop the servers a benchmark needs, pinned to cores with taskset."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / ".bench"
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pin(cores: str | None) -> list[str]:
+    if cores is None or shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
+        return []
+    return ["taskset", "-c", cores]
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A server in its own process group (so stop_group takes its children too), logging to log."""
+    return subprocess.Popen(cmd, cwd=REPO, stdout=open(log, "ab"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes],
+              interval: float = 0.3) -> None:
+    """Until url answers 200; RuntimeError if proc exits first, TimeoutError after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited ({proc.returncode}) before {url} answered")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer within {timeout}s")
+        time.sleep(interval)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the process group, SIGKILL it after grace seconds."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class Proc:
+    def __init__(self, name: str, cmd: list[str], url: str, cores: str | None = None,
+                 env: dict[str, str] | None = None, ready_path: str = "/v1/models",
+                 timeout: float = 120.0) -> None:
+        self.name, self.url = name, url
+        WORK.mkdir(exist_ok=True)
+        self.log_path = WORK / f"{name}.log"
+        self.log_path.unlink(missing_ok=True)
+        self.proc = spawn(pin(cores) + cmd, self.log_path, env)
+        try:
+            wait_http(url + ready_path, timeout, self.proc, interval=0.2)
+        except RuntimeError:
+            raise RuntimeError(f"{name} exited ({self.proc.returncode}); see "
+                               f"{self.log_path}:\n{self.log_path.read_text()[-2000:]}") from None
+        except TimeoutError:
+            self.stop()
+            raise TimeoutError(f"{name} did not answer at {url} in {timeout}s") from None
+
+    def stop(self) -> None:
+        stop_group(self.proc, 10)
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def mock(ttft_ms: float, itl_ms: float, cores: str | None, name: str = "mock",
+         extra: list[str] | None = None) -> Proc:
+    port = free_port()
+    return Proc(name, [PY, "-m", "loadtest", "mock", "--port", str(port), "--ttft-ms",
+                       str(ttft_ms), "--itl-ms", str(itl_ms), *(extra or [])],
+                f"http://127.0.0.1:{port}", cores)
+
+
+def bare(upstream: str, cores: str | None) -> Proc:
+    port = free_port()
+    return Proc("bare", [PY, "-m", "bench.bare_proxy", "--upstream", upstream, "--port",
+                         str(port)], f"http://127.0.0.1:{port}", cores)
+
+
+def ours(upstream: str, cores: str | None, env: dict[str, str] | None = None,
+         workers: int = 1, name: str = "ours") -> Proc:
+    port = free_port()
+    base = {"PROXY_UPSTREAM": upstream, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
+            "PROXY_TOKENIZER": str(REPO / ".models" / "tiny"), "PROXY_LOG_LEVEL": "info",
+            "PROXY_MAX_INFLIGHT": "1024", "PROXY_MAX_WAITING": "1024",
+            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    base.update(env or {})
+    if workers > 1:
+        base["PROXY_WORKERS"] = str(workers)
+    return Proc(name, [PY, "-m", "proxy", "serve"], f"http://127.0.0.1:{port}", cores, base,
+                timeout=180)
+
+
+def litellm_python() -> Path:
+    """LiteLLM's proxy in its own venv under .bench/ (made once, then reused)."""
+    venv = WORK / "litellm-venv"
+    py = venv / "bin" / "python"
+    if not (venv / "bin" / "litellm").exists():
+        WORK.mkdir(exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "litellm[proxy]"], check=True)
+    return py
+
+
+def litellm(upstream: str, cores: str | None, model: str = "mock") -> Proc:
+    py = litellm_python()
+    port = free_port()
+    cfg = WORK / f"litellm-{port}.yaml"
+    cfg.write_text(f"""model_list:
+  - model_name: {model}
+    litellm_params:
+      model: openai/{model}
+      api_base: {upstream}/v1
+      api_key: x
+litellm_settings:
+  drop_params: true
+  set_verbose: false
+  json_logs: false
+general_settings:
+  disable_spend_logs: true
+""")
+    env = {"LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION", "DISABLE_ADMIN_UI": "true",
+           "NO_DOCS": "true", "LITELLM_TELEMETRY": "False",
+           # no master key, as ours runs open (no auth work on either side)
+           "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}
+    return Proc("litellm", [str(py.parent / "litellm"), "--config", str(cfg), "--port",
+                            str(port), "--host", "127.0.0.1", "--num_workers", "1"],
+                f"http://127.0.0.1:{port}", cores, env, ready_path="/health/liveliness",
+                timeout=240)

@@ -1,0 +1,116 @@
+"""Drive a workload against a target: warm-up, schedule, concurrency cap, progress, self-check."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from loadtest import schedule
+from loadtest.client import Client, Result
+from loadtest.selfcheck import LoopLagMonitor, SelfCheck
+from loadtest.workload import Request, warmup_requests
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    num_prompts: int | None = 100
+    duration: float | None = None
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    warmup: int = 0
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class RunOutput:
+    results: list[Result]
+    duration: float
+    t0: float
+    selfcheck: SelfCheck = field(default_factory=SelfCheck)
+
+
+def _progress(cfg: RunConfig) -> Progress:
+    return Progress(TextColumn("[bold]loadtest"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True),
+                    disable=not cfg.progress, transient=True)
+
+
+async def warm_up(client: Client, n: int, concurrency: int | None, max_tokens: int) -> None:
+    sem = asyncio.Semaphore(concurrency or n or 1)
+
+    async def one(r: Request) -> None:
+        async with sem:
+            await client.send(r)
+
+    await asyncio.gather(*(one(r) for r in warmup_requests(n, max_tokens)))
+
+
+async def run(client: Client, requests: Iterator[Request], cfg: RunConfig) -> RunOutput:
+    if cfg.num_prompts is None and cfg.duration is None:
+        raise ValueError("give --num-prompts or --duration")
+    if cfg.warmup:
+        first = next(requests)
+        requests = itertools.chain([first], requests)
+        await warm_up(client, cfg.warmup, cfg.max_concurrency, first.max_tokens)
+    sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+    check = SelfCheck(burst=math.isinf(cfg.request_rate) and sem is None)
+    monitor = LoopLagMonitor()
+    monitor.start()
+    results: list[Result] = []
+    tasks: set[asyncio.Task[None]] = set()
+    reqs = itertools.islice(requests, cfg.num_prompts) if cfg.num_prompts else requests
+    when = schedule.offsets(cfg.request_rate, cfg.burstiness, cfg.seed, cfg.num_prompts)
+
+    with _progress(cfg) as bar:
+        task_id = bar.add_task("run", total=cfg.num_prompts)
+
+        async def one(req: Request, scheduled: float, slot: float, late: float) -> None:
+            try:
+                res = await client.send(req)
+                check.send_lags.append(res.start - slot + late)
+                res.scheduled, res.queue_time = scheduled, max(0.0, slot - scheduled)
+                results.append(res)
+            finally:
+                if sem is not None:
+                    sem.release()
+                bar.advance(task_id)
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        free = t0  # when the dispatcher last got a slot: lateness before that is queueing
+        for req, offset in zip(reqs, when, strict=False):
+            if cfg.duration is not None and offset >= cfg.duration:
+                break
+            target = t0 + offset
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            before = time.perf_counter()
+            if sem is not None:
+                await sem.acquire()
+            slot = time.perf_counter()
+            if cfg.duration is not None and slot - t0 >= cfg.duration:
+                if sem is not None:
+                    sem.release()
+                break
+            late = max(0.0, before - max(target, free))
+            free = slot
+            task = asyncio.create_task(one(req, target, slot, late))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks))
+        duration = time.perf_counter() - t0
+        check.cpu_s, check.wall_s = time.process_time() - cpu0, duration
+    await monitor.stop()
+    check.loop_lags = monitor.lags
+    results.sort(key=lambda r: r.index)
+    return RunOutput(results, duration, t0, check)

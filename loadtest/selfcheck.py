@@ -1,0 +1,80 @@
+"""Is the client the bottleneck? Send lag behind schedule, event-loop lag, client CPU use."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SEND_LAG_WARN_S = 0.010
+LOOP_LAG_WARN_S = 0.020
+CPU_WARN = 0.90
+
+
+class LoopLagMonitor:
+    """Sleeps `interval` over and over; how late each wake-up is = how busy the loop is."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.interval)
+            self.lags.append(max(0.0, time.perf_counter() - t - self.interval))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+@dataclass
+class SelfCheck:
+    send_lags: list[float] = field(default_factory=list)
+    loop_lags: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    burst: bool = False         # everything at t=0: send lag is expected, not a warning
+
+    def summary(self) -> dict[str, Any]:
+        def pct(xs: list[float], p: float) -> float:
+            return float(np.percentile(xs, p)) * 1000 if xs else 0.0
+
+        d: dict[str, Any] = {
+            "send_lag_p50_ms": pct(self.send_lags, 50),
+            "send_lag_p99_ms": pct(self.send_lags, 99),
+            "send_lag_max_ms": max(self.send_lags, default=0.0) * 1000,
+            "loop_lag_p99_ms": pct(self.loop_lags, 99),
+            "loop_lag_max_ms": max(self.loop_lags, default=0.0) * 1000,
+            "client_cpu_util": self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
+        }
+        d["warnings"] = self.warnings(d, self.burst)
+        return d
+
+    @staticmethod
+    def warnings(d: dict[str, Any], burst: bool = False) -> list[str]:
+        w = []
+        if not burst and d["send_lag_p99_ms"] > SEND_LAG_WARN_S * 1000:
+            w.append(f"client sends lag the schedule (p99 {d['send_lag_p99_ms']:.1f} ms): "
+                     "the load tester, not the server, may be limiting the request rate")
+        if d["loop_lag_p99_ms"] > LOOP_LAG_WARN_S * 1000:
+            why = ("lower the rate/concurrency or run more clients" if d["client_cpu_util"] > 0.5
+                   else f"the client used only {d['client_cpu_util']:.0%} CPU, so other "
+                   "processes on this machine are starving it")
+            w.append(f"event-loop lag p99 {d['loop_lag_p99_ms']:.1f} ms: timings include "
+                     f"client-side delay; {why}")
+        if d["client_cpu_util"] > CPU_WARN:
+            w.append(f"client process used {d['client_cpu_util']:.0%} of one CPU: "
+                     "it is probably the bottleneck")
+        return w

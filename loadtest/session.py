@@ -1,0 +1,150 @@
+"""One benchmark from parsed options: workload, client, scrape, run, stats, report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from loadtest import cachestats, report, stats, workload
+from loadtest.client import Client, ClientConfig
+from loadtest.metrics_scrape import Scraper
+from loadtest.runner import RunConfig, RunOutput, run
+from loadtest.tokens import HFTokenizer, Tokenizer
+
+
+@dataclass(frozen=True)
+class Plan:
+    workload: workload.WorkloadConfig
+    run: RunConfig
+    percentiles: list[float]
+    percentile_metrics: list[str]
+    goodput: dict[str, float] | None
+
+
+def plan(a: argparse.Namespace) -> Plan:
+    wl = workload.WorkloadConfig(
+        name=a.workload, seed=a.seed, input_len=a.input_len,
+        output_len=a.sharegpt_output_len if a.workload == "sharegpt" else a.output_len,
+        range_ratio=a.range_ratio, ignore_eos=a.ignore_eos, dataset_path=a.dataset_path,
+        prefix_len=a.prefix_len, suffix_len=a.suffix_len, num_prefixes=a.num_prefixes,
+        cache={"questions": a.cache_questions, "repeat": a.repeat_ratio,
+               "paraphrase": a.paraphrase_ratio, "near_miss": a.near_miss_ratio,
+               "zipf": a.zipf})
+    rc = RunConfig(num_prompts=a.num_prompts, duration=a.duration, request_rate=a.request_rate,
+                   burstiness=a.burstiness, max_concurrency=a.max_concurrency,
+                   warmup=a.warmup, seed=a.seed, progress=not a.no_progress)
+    goodput = {k: float(v) for k, _, v in (g.partition(":") for g in a.goodput or [])}
+    return Plan(wl, rc, [float(p) for p in a.metric_percentiles.split(",")],
+                a.percentile_metrics.split(","), goodput or None)
+
+
+def client_config(a: argparse.Namespace, target: str, model: str) -> ClientConfig:
+    temperature = a.temperature
+    if temperature is None and a.workload == "cache":
+        temperature = 0.0  # reference answers need greedy decoding
+    return ClientConfig(
+        base_url=target, model=model, endpoint=a.endpoint, stream=not a.no_stream,
+        temperature=temperature, timeout=a.timeout,
+        headers=dict(h.split(":", 1) for h in a.header),
+        extra_body=orjson.loads(a.extra_body) if a.extra_body else {})
+
+
+def first_model(target: str) -> str:
+    try:
+        data = httpx.get(target.rstrip("/") + "/v1/models", timeout=10).json()
+        return str(data["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"could not read a model from {target}/v1/models ({e}); "
+                         "pass --model") from e
+
+
+def scrape_urls(a: argparse.Namespace, target: str) -> dict[str, str]:
+    if a.no_scrape:
+        return {}
+    urls = {"target": target.rstrip("/") + "/metrics"}
+    if a.backend_url:
+        urls["backend"] = a.backend_url.rstrip("/") + "/metrics"
+    for i, m in enumerate(a.metrics_url):
+        name, _, url = m.rpartition("=") if "=" in m and not m.startswith("http") else ("", "", m)
+        urls[name or f"extra{i}"] = url
+    return urls
+
+
+async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
+                  ) -> tuple[RunOutput, dict[str, Any]]:
+    p = plan(a)
+    model = a.model or first_model(target)
+    requests = workload.stream(p.workload, tok)
+    conc = p.run.max_concurrency
+    client = Client(client_config(a, target, model), conc, tok)
+    scraper = Scraper(scrape_urls(a, target))
+    try:
+        await scraper.start()
+        out = await run(client, requests, p.run)
+        server = await scraper.stop()
+    finally:
+        await client.aclose()
+    res = result_dict(a, target, model, p, out)
+    res["server_metrics"] = server
+    return out, res
+
+
+def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: RunOutput
+                ) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": "openai-chat" if a.endpoint == "chat" else "openai",
+        "backend": "openai-chat" if a.endpoint == "chat" else "openai",
+        "label": a.label, "model_id": model, "tokenizer_id": a.tokenizer,
+        "num_prompts": a.num_prompts,
+        "request_rate": "inf" if math.isinf(a.request_rate) else a.request_rate,
+        "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
+        "target": target, "workload": a.workload, "seed": a.seed,
+    }
+    res.update(stats.summarize(out.results, out.duration, p.percentiles, p.goodput))
+    if p.run.max_concurrency:
+        res.update(stats.queue_stats(out.results, p.percentiles))
+    res["cache"] = cachestats.cache_summary(out.results)
+    res["by_cache"] = cachestats.split(out.results, out.duration, p.percentiles)
+    res["selfcheck"] = out.selfcheck.summary()
+    if a.save_detailed:
+        res.update(stats.detail_lists(out.results))
+    return res
+
+
+def load_tokenizer(a: argparse.Namespace) -> Tokenizer | None:
+    if not a.tokenizer:
+        return None
+    try:
+        return HFTokenizer(a.tokenizer)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--tokenizer {a.tokenizer}: cannot load ({e})") from e
+
+
+def emit(a: argparse.Namespace, out: RunOutput, res: dict[str, Any], p: Plan) -> None:
+    print(report.block(res, p.percentile_metrics, p.percentiles), flush=True)
+    for w in res["selfcheck"]["warnings"]:
+        print(f"WARNING: {w}", flush=True)
+    failed = [r.error for r in out.results if not r.success]
+    for i, err in enumerate(failed[:5]):
+        print(f"Error {i}: {err}", flush=True)
+    if a.json:
+        report.write_json(a.json, res)
+    jsonl = a.jsonl or (str(Path(a.json).with_suffix(".requests.jsonl")) if a.json else None)
+    if jsonl:
+        report.write_jsonl(jsonl, out.results, out.t0)
+
+
+def run_and_report(a: argparse.Namespace) -> dict[str, Any]:
+    tok = load_tokenizer(a)
+    out, res = asyncio.run(measure(a, a.target, tok))
+    emit(a, out, res, plan(a))
+    return res

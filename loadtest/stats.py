@@ -1,0 +1,115 @@
+"""Metric math, with vLLM's definitions (benchmarks/serve.py calculate_metrics)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from loadtest.client import Result
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+GOODPUT_KEYS = ("ttft", "tpot", "e2el")
+
+
+def tpot(r: Result) -> float | None:
+    """(E2EL - TTFT) / (out - 1); undefined for one-token answers (vLLM leaves them out)."""
+    if r.output_tokens > 1:
+        return (r.latency - r.ttft) / (r.output_tokens - 1)
+    return None
+
+
+def p_word(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def distribution(name: str, values: Sequence[float], percentiles: Sequence[float]
+                 ) -> dict[str, float]:
+    """mean/median/std/pXX in ms, keyed like vLLM; an empty list gives zeros, as vLLM's `or 0`."""
+    arr = np.asarray(values if len(values) else [0.0], dtype=float) * 1000
+    d = {f"mean_{name}_ms": float(arr.mean()), f"median_{name}_ms": float(np.median(arr)),
+         f"std_{name}_ms": float(arr.std())}
+    for p in percentiles:
+        d[f"p{p_word(p)}_{name}_ms"] = float(np.percentile(arr, p))
+    return d
+
+
+def samples(results: Sequence[Result]) -> dict[str, list[float]]:
+    ok = [r for r in results if r.success]
+    tpots = [t for r in ok if (t := tpot(r)) is not None]
+    return {"ttft": [r.ttft for r in ok], "tpot": tpots,
+            "itl": [x for r in ok for x in r.itl], "e2el": [r.latency for r in ok]}
+
+
+def goodput_count(results: Sequence[Result], slo_ms: dict[str, float]) -> int:
+    good = 0
+    for r in results:
+        if not r.success:
+            continue
+        got = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.latency}
+        if all(got[k] <= v / 1000 for k, v in slo_ms.items()):
+            good += 1
+    return good
+
+
+def peaks(results: Sequence[Result]) -> tuple[float, int]:
+    """Peak output tokens in any 1 s bucket and peak concurrent requests (vLLM's bucketing)."""
+    ok = [r for r in results if r.success]
+    if not ok:
+        return 0.0, 0
+    t_min = min(r.start for r in ok)
+    n = int(math.ceil(max(r.start + r.latency for r in ok) - t_min)) + 1
+    tokens, conc = np.zeros(n), np.zeros(n)
+    for r in ok:
+        t = r.start + r.ttft
+        times = [t]
+        for gap in r.itl:
+            t += gap
+            times.append(t)
+        for tt in times:
+            b = int(tt - t_min)
+            if 0 <= b < n:
+                tokens[b] += 1
+        conc[int(r.start - t_min): int(r.start + r.latency - t_min) + 1] += 1
+    return float(tokens.max()), int(conc.max())
+
+
+def summarize(results: Sequence[Result], duration: float, percentiles: Sequence[float] = (99,),
+              goodput: dict[str, float] | None = None) -> dict[str, Any]:
+    ok = [r for r in results if r.success]
+    total_in = sum(r.prompt_tokens for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    dur = duration if duration > 0 else float("nan")
+    peak_tok, peak_conc = peaks(results)
+    d: dict[str, Any] = {
+        "duration": duration, "completed": len(ok), "failed": len(results) - len(ok),
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(ok) / dur,
+        "request_goodput": goodput_count(results, goodput) / dur if goodput else None,
+        "output_throughput": total_out / dur,
+        "total_token_throughput": (total_in + total_out) / dur,
+        "max_output_tokens_per_s": peak_tok, "max_concurrent_requests": peak_conc,
+    }
+    for name, values in samples(results).items():
+        d.update(distribution(name, values, percentiles))
+    return d
+
+
+def detail_lists(results: Sequence[Result]) -> dict[str, Any]:
+    """vLLM's per-request arrays (failed requests included, output length 0)."""
+    return {
+        "input_lens": [r.prompt_tokens for r in results],
+        "output_lens": [r.output_tokens if r.success else 0 for r in results],
+        "ttfts": [r.ttft for r in results], "itls": [r.itl for r in results],
+        "latencies": [r.latency for r in results],
+        "start_times": [r.start for r in results],
+        "queue_times": [r.queue_time for r in results],
+        "generated_texts": [r.text for r in results], "errors": [r.error for r in results],
+    }
+
+
+def queue_stats(results: Sequence[Result], percentiles: Sequence[float]) -> dict[str, float]:
+    q = [r.queue_time for r in results if r.success]
+    return distribution("client_queue_time", q, percentiles)

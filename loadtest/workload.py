@@ -1,0 +1,178 @@
+"""Workloads: what to send. Each is an endless, seeded stream of `Request`s."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from loadtest.tokens import Tokenizer
+
+# Filler vocabulary when no tokenizer is given: common words that are ~1 token each in BPE vocabs.
+WORDS = (
+    "time year people way day man thing woman life child world school state family student "
+    "group country problem hand part place case week company system program question work "
+    "government number night point home water room mother area money story fact month lot "
+    "right study book eye job word business issue side kind head house service friend father "
+    "power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war "
+    "history party result change morning reason research girl guy moment air teacher force"
+).split()
+
+
+@dataclass(frozen=True)
+class Request:
+    index: int
+    prompt: str
+    max_tokens: int
+    prompt_len: int | None = None   # known when a tokenizer sized it
+    ignore_eos: bool = False
+    canonical_id: str | None = None  # cache workload: which question this really is
+    kind: str = ""                   # cache workload: new / repeat / paraphrase / near_miss
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    name: str = "random"
+    seed: int = 0
+    input_len: int = 128
+    output_len: int = 32
+    range_ratio: float = 0.0
+    ignore_eos: bool = False
+    dataset_path: str | None = None
+    prefix_len: int = 256
+    suffix_len: int = 32
+    num_prefixes: int = 4
+    cache: dict[str, float] = field(default_factory=dict)
+
+
+def length_bounds(mean: int, ratio: float, floor: int = 1) -> tuple[int, int]:
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"range ratio must be in [0, 1), got {ratio}")
+    low = max(floor, math.floor(mean * (1 - ratio)))
+    return low, max(low, math.ceil(mean * (1 + ratio)))
+
+
+def words_text(rng: np.random.Generator, n: int) -> str:
+    return " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), size=n))
+
+
+def exact_token_text(tok: Tokenizer, ids: list[int], target: int,
+                     rng: np.random.Generator, allowed: np.ndarray) -> tuple[str, int]:
+    """Decode, re-encode and pad/trim until the text is `target` tokens (vLLM's approach)."""
+    text = tok.decode(ids)
+    for _ in range(10):
+        ids = tok.encode(text)
+        if len(ids) == target:
+            break
+        if len(ids) < target:
+            ids = ids + allowed[rng.integers(0, len(allowed), size=target - len(ids))].tolist()
+        else:
+            ids = ids[:target]
+        text = tok.decode(ids)
+    return text, len(tok.encode(text))
+
+
+def allowed_ids(tok: Tokenizer) -> np.ndarray:
+    special = tok.special_ids()
+    return np.array([i for i in range(tok.vocab_size) if i not in special])
+
+
+def random_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    rng = np.random.default_rng(cfg.seed)
+    in_lo, in_hi = length_bounds(cfg.input_len, cfg.range_ratio)
+    out_lo, out_hi = length_bounds(cfg.output_len, cfg.range_ratio)
+    allowed = allowed_ids(tok) if tok is not None else None
+    for i in itertools.count():
+        n_in = int(rng.integers(in_lo, in_hi + 1))
+        n_out = int(rng.integers(out_lo, out_hi + 1))
+        if tok is not None and allowed is not None:
+            offset = int(rng.integers(0, len(allowed)))
+            ids = allowed[(offset + i + np.arange(n_in)) % len(allowed)].tolist()
+            text, plen = exact_token_text(tok, ids, n_in, rng, allowed)
+            yield Request(i, text, n_out, plen, cfg.ignore_eos)
+        else:
+            yield Request(i, f"{i} " + words_text(rng, n_in - 1), n_out, None, cfg.ignore_eos)
+
+
+def prefix_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    """`num_prefixes` shared prefixes, each request = one of them + a unique suffix."""
+    if cfg.num_prefixes < 1 or cfg.prefix_len < 1:
+        raise ValueError("the prefix workload needs --num-prefixes >= 1 and --prefix-len >= 1")
+    rng = np.random.default_rng(cfg.seed)
+    allowed = allowed_ids(tok) if tok is not None else None
+
+    def text_of(n: int) -> str:
+        if tok is not None and allowed is not None:
+            ids = allowed[rng.integers(0, len(allowed), size=n)].tolist()
+            return exact_token_text(tok, ids, n, rng, allowed)[0]
+        return words_text(rng, n)
+
+    prefixes = [text_of(cfg.prefix_len) for _ in range(cfg.num_prefixes)]
+    for i in itertools.count():
+        prompt = prefixes[int(rng.integers(0, cfg.num_prefixes))] + f" {i} " + text_of(
+            cfg.suffix_len)
+        plen = len(tok.encode(prompt)) if tok is not None else None
+        yield Request(i, prompt, cfg.output_len, plen, cfg.ignore_eos)
+
+
+def load_sharegpt(path: str) -> list[tuple[str, str]]:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"ShareGPT file not found: {path}")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+    pairs = [(str(d["conversations"][0]["value"]), str(d["conversations"][1]["value"]))
+             for d in data if isinstance(d, dict) and len(d.get("conversations", [])) >= 2]
+    if not pairs:
+        raise ValueError(f"{path} has no conversation with at least two turns")
+    return pairs
+
+
+def sharegpt_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    if not cfg.dataset_path:
+        raise ValueError("--workload sharegpt needs --dataset-path FILE.json")
+    rows: list[tuple[str, int | None, int]] = []
+    for prompt, answer in load_sharegpt(cfg.dataset_path):
+        if tok is not None:
+            plen, olen = len(tok.encode(prompt)), len(tok.encode(answer))
+            if plen < 4 or olen < 4 or plen > 1024 or plen + olen > 2048:  # as vLLM filters
+                continue
+            rows.append((prompt, plen, olen))
+        else:
+            rows.append((prompt, None, max(4, round(len(answer.split()) * 1.3))))
+    if not rows:
+        raise ValueError(f"{cfg.dataset_path}: no conversation passes the length filter")
+    order = np.random.default_rng(cfg.seed).permutation(len(rows)).tolist()
+    for i, j in enumerate(itertools.cycle(order)):
+        prompt, plen, olen = rows[j]
+        yield Request(i, prompt, cfg.output_len if cfg.output_len > 0 else olen, plen,
+                      cfg.ignore_eos)
+
+
+def stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    """The workload's requests; bad settings raise ValueError here, not on first use."""
+    it: Iterator[Request]
+    if cfg.name == "random":
+        it = random_stream(cfg, tok)
+    elif cfg.name == "prefix":
+        it = prefix_stream(cfg, tok)
+    elif cfg.name == "sharegpt":
+        it = sharegpt_stream(cfg, tok)
+    elif cfg.name == "cache":
+        from loadtest.cachework import cache_stream
+        it = cache_stream(cfg)
+    else:
+        raise ValueError(f"unknown workload {cfg.name!r}")
+    return itertools.chain([next(it)], it)
+
+
+def warmup_requests(n: int, max_tokens: int) -> list[Request]:
+    return [Request(-1 - i, f"Warm-up request {i}: say hello.", max_tokens) for i in range(n)]

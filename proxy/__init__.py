@@ -1,0 +1,1 @@
+"""vllm-smart-proxy: an OpenAI-compatible smart reverse proxy in front of vLLM."""

@@ -1,0 +1,46 @@
+"""python -m proxy serve [--flags]: settings from PROXY_* env vars, flags override them."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+USAGE = "usage: python -m proxy serve [--help] [--upstream URL[,URL...]] [--port N] ..."
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] != "serve":
+        print(USAGE, file=sys.stderr)
+        return 2
+    from proxy.settings import SettingsError, cli_env, parse_cli
+
+    try:
+        settings = parse_cli(argv[1:])
+    except SettingsError as exc:
+        print(f"error: invalid setting: {exc}", file=sys.stderr)
+        return 2
+    import os
+
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.logs import setup_logging
+
+    setup_logging(settings.log_level)
+    common: dict[str, Any] = dict(host=settings.host, port=settings.port, loop="uvloop",
+                                  http="httptools", log_config=None, access_log=False,
+                                  lifespan="on", timeout_graceful_shutdown=10)
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    if settings.cache != "off" and not settings.redis_url:
+        print(f"note: {settings.workers} workers each keep their own cache; set PROXY_REDIS_URL "
+              "to share one", file=sys.stderr)
+    # Several processes share the port; each builds its app from the same PROXY_* settings.
+    os.environ.update(cli_env(argv[1:]))
+    uvicorn.run("proxy.app:app_from_env", factory=True, workers=settings.workers, **common)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,47 @@
+"""The answer cache: exact + semantic tiers with a near-miss verifier (knows no HTTP).
+
+`open_cache()` builds it from the app's settings in the app's lifespan; nothing loads at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from proxy.cache.config import CacheConfig
+from proxy.cache.embedder import Embedder
+from proxy.cache.entry import TokenCounter
+from proxy.cache.lookup import SemanticCache
+from proxy.cache.metrics import CacheMetrics
+from proxy.cache.store import MemoryStore, Store
+
+__all__ = ["CacheConfig", "SemanticCache", "open_cache"]
+
+
+async def open_cache(settings: Any = None, registry: CollectorRegistry | None = None,
+                     count: TokenCounter | None = None, *,
+                     config: CacheConfig | None = None,
+                     embedder: Embedder | None = None) -> SemanticCache | None:
+    """The cache for these settings, or None when PROXY_CACHE=off (use NullCache then).
+
+    `count` is the served model's token counter (text -> tokens), used to check that cutting a
+    longer cached answer at `max_tokens` is exact. `embedder` lets several caches share one.
+    """
+    cfg = config or CacheConfig.from_settings(settings)
+    if cfg.mode == "off":
+        return None
+    metrics = CacheMetrics(registry)
+    if cfg.mode == "semantic" and embedder is None:
+        embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads)
+    store: Store
+    if cfg.redis_url:
+        from proxy.cache.redis_store import RedisStore
+
+        store = await RedisStore(cfg.redis_url, cfg.max_entries, cfg.ttl, cfg.namespace,
+                                 on_evict=lambda n: metrics.evictions.inc(n)).open()
+    else:
+        store = await MemoryStore(cfg.max_entries, cfg.ttl, cfg.snapshot,
+                                  on_evict=lambda _id: metrics.evictions.inc()).open()
+    return SemanticCache(cfg, store, metrics, embedder if cfg.mode == "semantic" else None,
+                         count)

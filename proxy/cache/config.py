@@ -1,0 +1,58 @@
+"""The cache's settings, read from the app's settings object (or the environment)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MODES = ("off", "exact", "semantic")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    mode: str = "semantic"  # PROXY_CACHE
+    threshold: float = 0.8  # PROXY_CACHE_THRESHOLD: the operator's cosine floor
+    ttl: float | None = 86_400.0  # PROXY_CACHE_TTL seconds; 0 = forever
+    max_entries: int = 100_000  # PROXY_CACHE_MAX_ENTRIES
+    redis_url: str | None = None  # PROXY_REDIS_URL; None = embedded store
+    embed_model: str | None = None  # PROXY_CACHE_EMBED_MODEL; None = bundled MiniLM
+    shared: bool = False  # PROXY_CACHE_SHARED: tenants share answers
+    snapshot: Path | None = None  # PROXY_CACHE_SNAPSHOT: embedded store's file
+    namespace: str = "vsp"  # PROXY_CACHE_REDIS_PREFIX: Redis key prefix
+    embed_threads: int | None = None  # PROXY_CACHE_EMBED_THREADS; None = half the cores, 1..4
+    top_k: int = 4
+    wait_s: float = 120.0  # how long an identical miss waits for the one in flight
+
+    @staticmethod
+    def from_settings(settings: Any = None) -> CacheConfig:
+        """Attributes `cache_*` / `redis_url` of the app's settings win over PROXY_* env vars."""
+        env = os.environ
+
+        def pick(attr: str, var: str, default: Any) -> Any:
+            value = getattr(settings, attr, None) if settings is not None else None
+            return value if value is not None else env.get(var, default)
+
+        ttl = float(pick("cache_ttl", "PROXY_CACHE_TTL", 86_400.0))
+        snap = pick("cache_snapshot", "PROXY_CACHE_SNAPSHOT", None)
+        cfg = CacheConfig(
+            mode=str(pick("cache", "PROXY_CACHE", "semantic")).lower(),
+            threshold=float(pick("cache_threshold", "PROXY_CACHE_THRESHOLD", 0.8)),
+            ttl=ttl if ttl > 0 else None,
+            max_entries=int(pick("cache_max_entries", "PROXY_CACHE_MAX_ENTRIES", 100_000)),
+            redis_url=pick("redis_url", "PROXY_REDIS_URL", None) or None,
+            embed_model=pick("cache_embed_model", "PROXY_CACHE_EMBED_MODEL", None) or None,
+            shared=str(pick("cache_shared", "PROXY_CACHE_SHARED", "0")).lower()
+            in ("1", "true", "yes", "on"),
+            snapshot=Path(snap) if snap else None,
+            namespace=str(pick("cache_redis_prefix", "PROXY_CACHE_REDIS_PREFIX", "vsp")),
+            embed_threads=int(pick("cache_embed_threads", "PROXY_CACHE_EMBED_THREADS", 0)) or None,
+        )
+        if cfg.mode not in MODES:
+            raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
+        if not 0.0 < cfg.threshold <= 1.0:
+            raise ValueError("PROXY_CACHE_THRESHOLD must be in (0, 1]")
+        if cfg.max_entries < 1:
+            raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")
+        return cfg

@@ -1,0 +1,131 @@
+"""One cached answer, and whether (and how) it answers a request for `max_tokens`.
+
+Greedy output for `max_tokens=m` is the first `m` tokens of the output for any larger limit.
+So an entry that stopped naturally after `k` tokens answers every request with `m >= k`
+(or no limit), and an entry cut by its limit `M` answers `m == M` as is and `m < M` only by
+cutting exactly `m` tokens. A cut needs token-accurate pieces: the entry must have been
+streamed with one delta per token (`len(pieces) == completion_tokens`) and, when the proxy
+gave us a token counter, the cut text must count as exactly `m` tokens. Otherwise: a miss.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+TokenCounter = Callable[[str], int]
+
+
+@dataclass(slots=True)
+class Entry:
+    exact: str
+    partition: str
+    namespace: str
+    kind: str
+    text: str | None
+    max_tokens: int | None
+    answer: dict[str, Any]
+    pieces: tuple[str, ...] | None = None
+    vector: bytes | None = None  # float32, normalized; None = exact tier only
+    created: float = field(default_factory=time.time)
+    id: int = 0
+
+    @property
+    def finish_reason(self) -> str | None:
+        choices = self.answer.get("choices") or [{}]
+        reason = choices[0].get("finish_reason")
+        return str(reason) if reason is not None else None
+
+    @property
+    def completion_tokens(self) -> int | None:
+        value = (self.answer.get("usage") or {}).get("completion_tokens")
+        return int(value) if isinstance(value, int) else None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({
+            "exact": self.exact, "partition": self.partition, "namespace": self.namespace,
+            "kind": self.kind, "text": self.text, "max_tokens": self.max_tokens,
+            "answer": self.answer, "pieces": self.pieces, "created": self.created,
+            "id": self.id, "vector": self.vector.hex() if self.vector else None})
+
+    @staticmethod
+    def from_json(raw: bytes | str) -> Entry:
+        d = orjson.loads(raw)
+        pieces = d.get("pieces")
+        return Entry(exact=d["exact"], partition=d["partition"], namespace=d["namespace"],
+                     kind=d["kind"], text=d.get("text"), max_tokens=d.get("max_tokens"),
+                     answer=d["answer"], pieces=tuple(pieces) if pieces is not None else None,
+                     vector=bytes.fromhex(d["vector"]) if d.get("vector") else None,
+                     created=float(d.get("created", 0.0)), id=int(d.get("id", 0)))
+
+
+def storable(answer: dict[str, Any]) -> bool:
+    """Only whole, plain answers: one choice, finish "stop"/"length", no error, no tool calls."""
+    if answer.get("error") is not None:
+        return False
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    choice = choices[0]
+    if choice.get("finish_reason") not in ("stop", "length") or choice.get("logprobs"):
+        return False
+    message = choice.get("message")
+    if isinstance(message, dict):
+        if message.get("tool_calls") or message.get("function_call"):
+            return False
+        return isinstance(message.get("content"), str)
+    return isinstance(choice.get("text"), str)
+
+
+def _set_text(answer: dict[str, Any], text: str) -> None:
+    choice = answer["choices"][0]
+    if isinstance(choice.get("message"), dict):
+        choice["message"]["content"] = text
+    else:
+        choice["text"] = text
+
+
+def serve(entry: Entry, max_tokens: int | None,
+          count: TokenCounter | None = None) -> dict[str, Any] | None:
+    """The answer body for a request with this `max_tokens`, or None when not exactly right."""
+    reason, used = entry.finish_reason, entry.completion_tokens
+    if used is None:
+        return None
+    answer: dict[str, Any] | None = None
+    if reason == "stop" and (max_tokens is None or max_tokens >= used):
+        answer = copy.deepcopy(entry.answer)
+    elif reason == "length" and max_tokens == entry.max_tokens:
+        answer = copy.deepcopy(entry.answer)
+    elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
+            and len(entry.pieces) == used:
+        text = "".join(entry.pieces[:max_tokens])
+        if count is not None and count(text) != max_tokens:
+            return None
+        answer = copy.deepcopy(entry.answer)
+        _set_text(answer, text)
+        answer["choices"][0]["finish_reason"] = "length"
+        usage = answer.setdefault("usage", {})
+        usage["completion_tokens"] = max_tokens
+        if isinstance(usage.get("prompt_tokens"), int):
+            usage["total_tokens"] = usage["prompt_tokens"] + max_tokens
+    if answer is None:
+        return None
+    prefix = "chatcmpl" if entry.kind == "chat" else "cmpl"
+    answer["id"] = f"{prefix}-cache-{uuid.uuid4().hex}"
+    answer["created"] = int(time.time())
+    return answer
+
+
+def better(new: Entry, old: Entry) -> bool:
+    """Whether `new` should replace `old` under the same exact key."""
+    if old.finish_reason == "stop":
+        return False
+    if new.finish_reason == "stop":
+        return True
+    return (new.max_tokens or 0) >= (old.max_tokens or 0)

@@ -1,0 +1,87 @@
+"""python -m proxy.cache.evaluate PAIRS.jsonl [--threshold T] [--verbose]
+
+Each line: {"a": ..., "b": ..., "same": true|false}. For every pair: store `a` in a fresh cache
+with the default settings (embedded store, semantic mode), look up `b`, and count a hit as a
+claim that the two questions have the same answer. Prints the mistakes with --verbose and, as its
+last line, one JSON object {"pairs", "true_hits", "false_hits", "missed", "precision", "recall"}.
+All pairs run concurrently over one shared embedder, so lookups are micro-batched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
+from proxy.cache.embedder import Embedder
+from proxy.types import CacheRequest, Completion
+
+
+def _request(text: str) -> CacheRequest:
+    body = {"model": "eval", "messages": [{"role": "user", "content": text}],
+            "temperature": 0, "max_tokens": 32}
+    return CacheRequest(kind="chat", body=body, tenant="", no_cache=False, no_store=False)
+
+
+def _answer(text: str) -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "eval",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "A: " + text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
+
+
+async def _pair(cfg: CacheConfig, embedder: Embedder, a: str, b: str) -> tuple[bool, Any]:
+    cache = await open_cache(config=cfg, embedder=embedder)
+    assert cache is not None
+    first = await cache.lookup(_request(a))
+    await cache.store(first.ticket, Completion(body=_answer(a)))
+    second = await cache.lookup(_request(b))
+    return second.status == "hit", second.similarity
+
+
+async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
+                   verbose: bool) -> dict[str, Any]:
+    cfg = CacheConfig.from_settings(None)
+    cfg = replace(cfg, mode="semantic", redis_url=None, snapshot=None, shared=False,
+                  threshold=threshold if threshold is not None else cfg.threshold)
+    embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads)
+    try:
+        results = await asyncio.gather(*(_pair(cfg, embedder, p["a"], p["b"]) for p in pairs))
+    finally:
+        await embedder.aclose()
+    true_hits = false_hits = missed = 0
+    for pair, (hit, sim) in zip(pairs, results, strict=True):
+        same = bool(pair["same"])
+        true_hits += hit and same
+        false_hits += hit and not same
+        missed += same and not hit
+        if verbose and hit != same:
+            kind = "FALSE HIT" if hit else "MISSED"
+            print(f"{kind} sim={sim} | {pair['a']} | {pair['b']}", file=sys.stderr)
+    positives = sum(bool(p["same"]) for p in pairs)
+    hits = true_hits + false_hits
+    return {"pairs": len(pairs), "true_hits": true_hits, "false_hits": false_hits,
+            "missed": missed, "precision": round(true_hits / hits, 4) if hits else 1.0,
+            "recall": round(true_hits / positives, 4) if positives else 1.0}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m proxy.cache.evaluate")
+    parser.add_argument("pairs", type=Path)
+    parser.add_argument("--threshold", type=float, default=None)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    pairs = [orjson.loads(line) for line in args.pairs.read_bytes().splitlines() if line.strip()]
+    report = asyncio.run(evaluate(pairs, args.threshold, args.verbose))
+    print(orjson.dumps(report).decode())
+
+
+if __name__ == "__main__":
+    main()

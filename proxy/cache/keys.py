@@ -1,0 +1,97 @@
+"""Canonical request -> partition, exact key and the question text to embed.
+
+The partition is a hard wall: two requests share cached answers only when everything that
+could change vLLM's greedy output, other than the question text and `max_tokens`, is equal:
+the request kind, the model, the tenant (unless the cache is shared), the embedder's identity
+and every other body field (system prompt, earlier turns, tools, `response_format`, stop
+strings, penalties, seed, the policy's caps ...). Unknown fields land in the partition too, so
+a field we never heard of can only split the cache, never merge it.
+
+The semantic text is the *last user message* (chat) or the prompt string (completions); all
+earlier turns are hashed into the partition, so a conversation is matched exactly up to its last
+question and only that question is compared by meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+# Fields that never change the text of the answer (or are handled by the entry itself).
+_NEUTRAL = frozenset({"stream", "stream_options", "user", "max_tokens", "max_completion_tokens",
+                      "messages", "prompt", "model", "n"})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestKeys:
+    namespace: str  # the model: what an operator flushes by
+    partition: str  # hex digest of everything but the question and max_tokens
+    exact: str  # hex digest of partition + the whole canonical question
+    text: str | None  # the question to embed; None = exact tier only
+    max_tokens: int | None
+
+
+def _digest(value: Any) -> str:
+    raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def cacheable(body: dict[str, Any]) -> str | None:
+    """None when the request may use the cache, else the reason it may not."""
+    if body.get("n", 1) not in (1, None):
+        return "n"
+    if body.get("temperature", 1.0) not in (0, 0.0):
+        return "not_greedy"
+    if body.get("logprobs") or body.get("top_logprobs") or body.get("echo"):
+        return "logprobs"
+    if body.get("best_of", 1) not in (1, None):
+        return "best_of"
+    return None
+
+
+def max_tokens_of(body: dict[str, Any]) -> int | None:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    return int(value) if isinstance(value, int) else None
+
+
+def _text_of(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(str(p.get("text", "")) for p in content)
+    return None  # images, audio ...: exact tier only
+
+
+def request_keys(kind: str, body: dict[str, Any], tenant: str, embedder_id: str) -> RequestKeys:
+    model = str(body.get("model", ""))
+    rest = {k: v for k, v in body.items() if k not in _NEUTRAL}
+    text: str | None = None
+    context: Any
+    if kind == "chat":
+        messages = list(body.get("messages") or [])
+        last = messages[-1] if messages else None
+        if isinstance(last, dict) and last.get("role") == "user" and set(last) <= {
+                "role", "content"}:
+            text = _text_of(last.get("content"))
+            context = messages[:-1]
+        else:
+            context = messages
+        question: Any = messages
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        text = prompt if isinstance(prompt, str) else None
+        context = None if text is not None else prompt
+        question = prompt
+    partition = _digest({"kind": kind, "model": model, "tenant": tenant,
+                         "embedder": embedder_id, "rest": rest, "context": context})
+    exact = _digest({"partition": partition, "question": question})
+    if text is not None and not text.strip():
+        text = None
+    return RequestKeys(namespace=model, partition=partition, exact=exact, text=text,
+                       max_tokens=max_tokens_of(body))

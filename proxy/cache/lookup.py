@@ -1,0 +1,211 @@
+"""The lookup pipeline: exact tier, then semantic tier; store after completion; single flight.
+
+lookup(req):  policy gate -> keys -> exact key in the store -> embed the question (micro-batched)
+-> catch up the index with other writers -> top-k ids in the partition -> entries from the store
+-> second-stage verify -> `serve` for this max_tokens.  A miss returns a ticket; identical
+misses (same exact key and max_tokens) wait for the first one's answer instead of going
+upstream (single flight, per replica). Store errors bypass the cache, never fail the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.cache.config import CacheConfig
+from proxy.cache.embedder import Embedder, Vector
+from proxy.cache.entry import Entry, TokenCounter, serve, storable
+from proxy.cache.index import VectorIndex
+from proxy.cache.keys import RequestKeys, cacheable, request_keys
+from proxy.cache.metrics import CacheMetrics
+from proxy.cache.store import Store, StoreUnavailable
+from proxy.cache.verify import verify
+from proxy.types import CacheRequest, CacheResult, Completion
+
+BYPASS = CacheResult(status="bypass")
+
+
+@dataclass(slots=True)
+class Ticket:
+    keys: RequestKeys
+    kind: str
+    vector: Vector | None
+    flight: str | None = None
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Flights:
+    waiting: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+
+
+class SemanticCache:
+    def __init__(self, cfg: CacheConfig, store: Store, metrics: CacheMetrics,
+                 embedder: Embedder | None = None, count: TokenCounter | None = None) -> None:
+        self.cfg, self.db, self.metrics, self.embedder = cfg, store, metrics, embedder
+        self.count = count
+        self.index = VectorIndex(embedder.dim) if embedder is not None else None
+        self._identity = embedder.identity if embedder is not None else "none"
+        self._flights = _Flights()
+
+    async def lookup(self, req: CacheRequest) -> CacheResult:
+        start = time.perf_counter()
+        result = await self._lookup(req)
+        self.metrics.lookup_seconds.labels(result.status).observe(time.perf_counter() - start)
+        self.metrics.lookups.labels(result.status, result.tier or "").inc()
+        return result
+
+    async def _lookup(self, req: CacheRequest) -> CacheResult:
+        if self.cfg.mode == "off" or req.no_store or cacheable(req.body) is not None:
+            return BYPASS
+        keys = request_keys(req.kind, req.body, "" if self.cfg.shared else req.tenant,
+                            self._identity)
+        if req.no_cache:
+            return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
+        flight = f"{keys.exact}:{keys.max_tokens}"
+        try:
+            for _ in range(3):
+                hit, vector = await self._find(keys)
+                if hit is not None:
+                    return hit
+                waiting = self._flights.waiting.get(flight)
+                if waiting is None:
+                    self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
+                    return CacheResult(status="miss",
+                                       ticket=Ticket(keys, req.kind, vector, flight))
+                self.metrics.single_flight_waits.inc()
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiting), self.cfg.wait_s)
+                except TimeoutError:
+                    break
+        except StoreUnavailable:
+            self.metrics.backend_errors.labels("lookup").inc()
+            return BYPASS
+        return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
+
+    async def _find(self, keys: RequestKeys) -> tuple[CacheResult | None, Vector | None]:
+        entry = await self.db.get_exact(keys.exact)
+        if entry is not None and entry.partition == keys.partition:
+            answer = serve(entry, keys.max_tokens, self.count)
+            if answer is not None:
+                return CacheResult("hit", "exact", 1.0, answer), None
+        if self.cfg.mode != "semantic" or self.embedder is None or keys.text is None:
+            return None, None
+        started = time.perf_counter()
+        vector = await self.embedder.embed(keys.text)
+        self.metrics.embed_seconds.observe(time.perf_counter() - started)
+        if vector is None:
+            return None, None
+        candidates = await self._search(keys.partition, vector)
+        entries = await self.db.get_many([i for i, _ in candidates])
+        best: float | None = None
+        for (entry_id, sim), cand in zip(candidates, entries, strict=True):
+            if cand is None or cand.partition != keys.partition or cand.text is None:
+                if cand is None:
+                    self.db.removed.append(entry_id)
+                continue
+            best = sim if best is None else max(best, sim)
+            verdict = verify(keys.text, cand.text, sim, self.cfg.threshold)
+            if not verdict.ok:
+                self.metrics.rejections.labels(verdict.reason or "unknown").inc()
+                continue
+            answer = serve(cand, keys.max_tokens, self.count)
+            if answer is not None:
+                self.metrics.similarity.labels("hit").observe(sim)
+                return CacheResult("hit", "semantic", round(sim, 4), answer), vector
+        if best is not None:
+            self.metrics.similarity.labels("miss").observe(best)
+        return None, vector
+
+    async def _search(self, partition: str, vector: Vector) -> list[tuple[int, float]]:
+        index = self.index
+        assert index is not None
+        added = await self.db.changes()
+        removed, self.db.removed = self.db.removed, []
+        reset = self.db.take_reset()
+
+        def work() -> list[tuple[int, float]]:
+            if reset:
+                index.clear()
+            for entry_id in removed:
+                index.remove(entry_id)
+            for entry in added:
+                if entry.vector is not None:
+                    index.add(entry.partition, entry.id, _vec(entry.vector))
+            return index.search(partition, vector, self.cfg.top_k)
+
+        return await asyncio.to_thread(work)
+
+    async def store(self, ticket: object, completion: Completion) -> None:
+        if not isinstance(ticket, Ticket) or ticket.done:
+            return
+        try:
+            await self._store(ticket, completion)
+        except StoreUnavailable:
+            self.metrics.backend_errors.labels("store").inc()
+        finally:
+            self._release(ticket)
+
+    async def _store(self, ticket: Ticket, completion: Completion) -> None:
+        if not storable(completion.body):
+            self.metrics.stores.labels("refused").inc()
+            return
+        keys, vector = ticket.keys, ticket.vector
+        if vector is None and self.cfg.mode == "semantic" and self.embedder is not None \
+                and keys.text is not None:
+            vector = await self.embedder.embed(keys.text)
+        entry = Entry(exact=keys.exact, partition=keys.partition, namespace=keys.namespace,
+                      kind=ticket.kind, text=keys.text if vector is not None else None,
+                      max_tokens=keys.max_tokens, answer=completion.body,
+                      pieces=completion.pieces,
+                      vector=vector.astype("float32").tobytes() if vector is not None else None)
+        stored = await self.db.put(entry)
+        if self.index is None:
+            self.db.removed.clear()  # no index to prune (exact mode)
+        self.metrics.stores.labels("stored" if stored is not None else "kept_old").inc()
+        if stored is not None and vector is not None and self.index is not None:
+            await asyncio.to_thread(self.index.add, stored.partition, stored.id, vector)
+        self.metrics.entries.set(await self.db.count())
+
+    async def abandon(self, ticket: object) -> None:
+        if isinstance(ticket, Ticket) and not ticket.done:
+            self._release(ticket)
+
+    def _release(self, ticket: Ticket) -> None:
+        ticket.done = True
+        if ticket.flight is not None:
+            fut = self._flights.waiting.pop(ticket.flight, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    async def stats(self) -> dict[str, Any]:
+        return {"mode": self.cfg.mode, "threshold": self.cfg.threshold,
+                "store": "redis" if self.cfg.redis_url else "memory",
+                "entries": await self.db.count(),
+                "indexed": len(self.index) if self.index is not None else 0,
+                "in_flight": len(self._flights.waiting),
+                "embedder": self._identity}
+
+    async def flush(self, namespace: str | None = None) -> int:
+        removed = await self.db.flush(namespace)
+        if namespace is None and self.index is not None:
+            await asyncio.to_thread(self.index.clear)
+            self.db.removed.clear()
+        self.metrics.entries.set(await self.db.count())
+        return int(removed)
+
+    async def aclose(self) -> None:
+        for fut in self._flights.waiting.values():
+            if not fut.done():
+                fut.set_result(None)
+        if self.embedder is not None:
+            await self.embedder.aclose()
+        await self.db.aclose()
+
+
+def _vec(raw: bytes) -> Vector:
+    import numpy as np
+
+    return np.frombuffer(raw, dtype=np.float32)

@@ -1,0 +1,199 @@
+"""Redis as the shared store for several proxy replicas (redis.asyncio).
+
+Keys under `{prefix}:`: `seq` (id counter), `e:{id}` (entry JSON, no vector), `v:{id}`
+(partition + float32 vector), `x:{exact}` (id), all with the TTL; `log` (zset id->id, what
+replicas catch up on), `lru` (zset id->last use, the size bound), `ns:{namespace}` (set of ids),
+`epoch` (changes when Redis lost its data or was flushed: replicas then rebuild their index).
+Each replica keeps its own FAISS index; `changes()` returns the entries logged since its cursor.
+Any connection error raises StoreUnavailable (the cache is bypassed) and the store stays "down"
+for `retry_after` seconds before it tries again, so a dead Redis costs one refused connect.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from proxy.cache.entry import Entry, better
+from proxy.cache.store import StoreUnavailable
+
+T = TypeVar("T")
+_PART = 64  # hex chars of a partition digest, in front of the vector bytes
+
+
+class RedisStore:
+    def __init__(self, url: str, max_entries: int, ttl: float | None, prefix: str = "vsp",
+                 on_evict: Callable[[int], None] | None = None, retry_after: float = 0.5,
+                 page: int = 1000) -> None:
+        self._r: Any = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.5,
+                                 retry=Retry(NoBackoff(), 1))
+        self.max_entries, self.ttl, self._p = max_entries, ttl, prefix + ":"
+        self.removed: list[int] = []
+        self._on_evict = on_evict
+        self._retry_after, self._page = retry_after, page
+        self._down_until = 0.0
+        self._cursor = 0
+        self._epoch: bytes | None = None
+        self._reset = False
+
+    async def open(self) -> RedisStore:
+        try:
+            await self._call(self._check_epoch)
+        except StoreUnavailable:
+            pass  # the proxy starts anyway; the cache is bypassed until Redis answers
+        return self
+
+    async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
+        if time.monotonic() < self._down_until:
+            raise StoreUnavailable("redis is down")
+        try:
+            return await op()
+        except (RedisError, OSError) as exc:
+            self._down_until = time.monotonic() + self._retry_after
+            raise StoreUnavailable(str(exc)) from exc
+
+    def _px(self) -> int | None:
+        return int(self.ttl * 1000) if self.ttl else None
+
+    async def _check_epoch(self) -> None:
+        key = self._p + "epoch"
+        await self._r.set(key, uuid.uuid4().hex, nx=True)
+        epoch = await self._r.get(key)
+        if epoch != self._epoch:
+            if self._epoch is not None:
+                self._reset = True
+            self._epoch, self._cursor = epoch, 0
+
+    def take_reset(self) -> bool:
+        """True once after Redis lost its data or was flushed: drop the local index."""
+        reset, self._reset = self._reset, False
+        return reset
+
+    async def get_exact(self, exact: str) -> Entry | None:
+        async def op() -> Entry | None:
+            raw_id = await self._r.get(self._p + "x:" + exact)
+            if raw_id is None:
+                return None
+            return (await self._fetch([int(raw_id)]))[0]
+        return await self._call(op)
+
+    async def get_many(self, ids: list[int]) -> list[Entry | None]:
+        if not ids:
+            return []
+        return await self._call(lambda: self._fetch(ids))
+
+    async def _fetch(self, ids: list[int]) -> list[Entry | None]:
+        raws = await self._r.mget([f"{self._p}e:{i}" for i in ids])
+        found = {str(i): time.time() for i, raw in zip(ids, raws, strict=True) if raw}
+        if found:
+            await self._r.zadd(self._p + "lru", found, xx=True)
+        return [Entry.from_json(raw) if raw else None for raw in raws]
+
+    async def put(self, entry: Entry) -> Entry | None:
+        return await self._call(lambda: self._put(entry))
+
+    async def _put(self, entry: Entry) -> Entry | None:
+        p, px = self._p, self._px()
+        old_id = await self._r.get(p + "x:" + entry.exact)
+        if old_id is not None:
+            old = (await self._fetch([int(old_id)]))[0]
+            if old is not None and not better(entry, old):
+                return None
+        entry.id = int(await self._r.incr(p + "seq"))
+        vector, entry.vector = entry.vector, None
+        pipe = self._r.pipeline(transaction=True)
+        pipe.set(f"{p}e:{entry.id}", entry.to_json(), px=px)
+        if vector is not None:
+            pipe.set(f"{p}v:{entry.id}", entry.partition.encode() + vector, px=px)
+        pipe.set(p + "x:" + entry.exact, entry.id, px=px)
+        pipe.zadd(p + "log", {str(entry.id): entry.id})
+        pipe.zadd(p + "lru", {str(entry.id): time.time()})
+        pipe.sadd(p + "ns:" + entry.namespace, entry.id)
+        await pipe.execute()
+        entry.vector = vector
+        if old_id is not None:
+            await self._delete([int(old_id)], keep_exact=True)
+        await self._bound()
+        return entry
+
+    async def _bound(self) -> None:
+        extra = int(await self._r.zcard(self._p + "lru")) - self.max_entries
+        if extra > 0:
+            victims = [int(v) for v in await self._r.zrange(self._p + "lru", 0, extra - 1)]
+            gone = await self._delete(victims)
+            if self._on_evict is not None and gone:
+                self._on_evict(gone)
+
+    async def _delete(self, ids: list[int], keep_exact: bool = False) -> int:
+        """Delete entries by id; returns how many still existed."""
+        p = self._p
+        raws = await self._r.mget([f"{p}e:{i}" for i in ids])
+        pipe = self._r.pipeline(transaction=False)
+        for i, raw in zip(ids, raws, strict=True):
+            pipe.delete(f"{p}e:{i}", f"{p}v:{i}")
+            pipe.zrem(p + "log", str(i))
+            pipe.zrem(p + "lru", str(i))
+            if raw:
+                entry = Entry.from_json(raw)
+                pipe.srem(p + "ns:" + entry.namespace, i)
+                if not keep_exact:
+                    pipe.eval(_DEL_IF, 1, p + "x:" + entry.exact, str(i))
+        await pipe.execute()
+        self.removed.extend(ids)
+        return sum(1 for raw in raws if raw)
+
+    async def changes(self) -> list[Entry]:
+        """Entries (partition, id, vector only) logged since the last call."""
+        return await self._call(self._changes)
+
+    async def _changes(self) -> list[Entry]:
+        await self._check_epoch()
+        out: list[Entry] = []
+        while True:
+            ids = [int(i) for i in await self._r.zrangebyscore(
+                self._p + "log", f"({self._cursor}", "+inf", start=0, num=self._page)]
+            if not ids:
+                return out
+            self._cursor = ids[-1]
+            raws = await self._r.mget([f"{self._p}v:{i}" for i in ids])
+            for i, raw in zip(ids, raws, strict=True):
+                if raw:
+                    out.append(Entry(exact="", partition=raw[:_PART].decode(), namespace="",
+                                     kind="", text=None, max_tokens=None, answer={},
+                                     vector=raw[_PART:], id=i))
+
+    async def flush(self, namespace: str | None = None) -> int:
+        async def op() -> int:
+            if namespace is not None:
+                ids = [int(i) for i in await self._r.smembers(self._p + "ns:" + namespace)]
+                gone = await self._delete(ids) if ids else 0
+                await self._r.delete(self._p + "ns:" + namespace)
+                return gone
+            count = 0
+            async for key in self._r.scan_iter(match=self._p + "*", count=1000):
+                count += key.startswith((self._p + "e:").encode())
+                await self._r.unlink(key)
+            self._epoch, self._cursor = None, 0
+            await self._check_epoch()
+            return count
+        return await self._call(op)
+
+    async def count(self) -> int:
+        return int(await self._call(lambda: self._r.zcard(self._p + "lru")))
+
+    async def ping(self) -> Any:
+        return await self._call(self._r.ping)
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
+
+
+# Delete x:{exact} only if it still points at this id (a newer entry may have replaced it).
+_DEL_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"

@@ -1,0 +1,248 @@
+"""The completion flow, top to bottom: receive → validate/clip → policy → cache → upstream →
+relay → store. Each step lives in its own module; this file only composes them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy import clip, openai, policy
+from proxy.admission import Admission
+from proxy.catalog import Catalog
+from proxy.errors import BadGateway, ProxyError
+from proxy.logs import access
+from proxy.metrics import Metrics
+from proxy.receive import ClientGone, KeyRing, read_body, request_id, until_disconnect
+from proxy.relay import (
+    SSE,
+    RelayResponse,
+    StreamOutcome,
+    error_response,
+    json_response,
+    relay_stream,
+    replay_stream,
+)
+from proxy.settings import Settings
+from proxy.sse import Accumulator, replay
+from proxy.tokens import TokenCounter
+from proxy.types import AnswerCache, CacheRequest, CacheResult, Completion, Kind
+from proxy.upstream import Upstream, UpstreamStream
+
+log = logging.getLogger("proxy.handler")
+PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_JSON_HEADERS = {"content-type": "application/json"}
+
+
+@dataclass(slots=True)
+class Deps:
+    settings: Settings
+    upstream: Upstream
+    catalog: Catalog
+    counter: TokenCounter
+    cache: AnswerCache
+    metrics: Metrics
+    admission: Admission
+    keys: KeyRing
+
+
+@dataclass(slots=True)
+class Trace:
+    """What the access log and the metrics say about one request (never its text)."""
+    route: str
+    rid: str
+    started: float
+    status: int = 200
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cache: str = "bypass"
+    upstream: str | None = None
+    prompt: Any = None  # only with PROXY_LOG_PROMPTS=on
+
+
+class CompletionHandler:
+    def __init__(self, deps: Deps) -> None:
+        self.d = deps
+
+    async def __call__(self, request: Request, kind: Kind) -> Response:
+        trace = Trace(PATHS[kind], request_id(request), time.perf_counter())
+        headers = {"X-Request-ID": trace.rid}
+        try:
+            response = await self._handle(request, kind, trace, headers)
+        except ProxyError as err:
+            trace.status = err.status
+            response = error_response(err, headers)
+        except ClientGone:
+            trace.status = 499
+            response = Response(status_code=499)
+        if not isinstance(response, RelayResponse):
+            self._done(trace)
+        return response
+
+    async def _handle(self, request: Request, kind: Kind, trace: Trace,
+                      headers: dict[str, str]) -> Response:
+        d, s = self.d, self.d.settings
+        tenant = d.keys.tenant(request)
+        body = openai.parse_json(await read_body(request, s.max_body_bytes))
+        openai.validate(kind, body)
+        if s.log_prompts:
+            trace.prompt = body.get("messages") if kind == "chat" else body.get("prompt")
+        model = await d.catalog.resolve(body.get("model"))
+        body["model"] = model.name
+        in_limit = min(s.max_input_tokens or 1 << 31, (model.max_model_len or 1 << 31) - 1)
+        clipper = clip.clip_chat if kind == "chat" else clip.clip_prompt
+        clipped = await clipper(body, d.counter, model.name, in_limit,
+                                s.input_overflow == "truncate")
+        trace.tokens_in = clipped.input_tokens
+        if clipped.truncated:
+            headers["X-Proxy-Input-Truncated"] = clipped.header()
+            d.metrics.clipped.labels("input_truncated").inc()
+        body = policy.force_greedy(clipped.body) if s.greedy else clipped.body
+        out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len,
+                                        clipped.input_tokens)
+        body, asked = policy.cap_output(body, out_limit)
+        if asked is not None:
+            headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
+            d.metrics.clipped.labels("output").inc()
+        cache_control = request.headers.get("cache-control", "").lower()
+        result = await d.cache.lookup(CacheRequest(
+            kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control))
+        trace.cache = result.status
+        headers["X-Cache"] = result.status.upper()
+        stream = body.get("stream") is True
+        if result.status == "hit" and result.answer is not None:
+            return self._replay(kind, result, stream, openai.wants_usage(body), headers, trace)
+        if stream:
+            return await self._stream(request, kind, body, result.ticket, headers, trace)
+        return await self._json(request, kind, body, result.ticket, headers, trace)
+
+    def _replay(self, kind: Kind, result: CacheResult, stream: bool, usage: bool,
+                headers: dict[str, str], trace: Trace) -> Response:
+        assert result.answer is not None
+        headers["X-Cache-Tier"] = result.tier or "exact"
+        if result.similarity is not None:
+            headers["X-Cache-Similarity"] = f"{result.similarity:.4f}"
+        trace.tokens_out = 0
+        if not stream:
+            return json_response(orjson.dumps(result.answer), headers=headers)
+        events = replay_stream(replay(kind, result.answer, usage))
+        return RelayResponse(events, self._closer(trace, None), headers=_sse(headers))
+
+    async def _json(self, request: Request, kind: Kind, body: dict[str, Any],
+                    ticket: object | None, headers: dict[str, str], trace: Trace) -> Response:
+        d = self.d
+
+        async def work() -> bytes:
+            async with d.admission.slot():
+                return await d.upstream.fetch("POST", PATHS[kind], orjson.dumps(body),
+                                              _upstream_headers(trace))
+
+        try:  # a client that leaves while queued for a slot leaves the queue too
+            content = await until_disconnect(request, work())
+            answer = _json_answer(content)
+        except BaseException:
+            if ticket is not None:
+                await d.cache.abandon(ticket)
+            raise
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        if isinstance(usage, dict):
+            trace.tokens_out = usage.get("completion_tokens")
+        task = None
+        if ticket is not None:
+            task = BackgroundTask(self._store, ticket, Completion(body=answer))
+        return json_response(content, headers=headers) if task is None else Response(
+            content, headers=headers, media_type=openai.JSON, background=task)
+
+    async def _stream(self, request: Request, kind: Kind, body: dict[str, Any],
+                      ticket: object | None, headers: dict[str, str], trace: Trace) -> Response:
+        d = self.d
+
+        async def begin() -> UpstreamStream:
+            await d.admission.acquire()
+            try:
+                return await d.upstream.open("POST", PATHS[kind],
+                                             orjson.dumps(policy.with_usage(body)),
+                                             _upstream_headers(trace))
+            except BaseException:
+                d.admission.release()
+                raise
+
+        try:  # the client may leave while queued, or before the upstream's headers come
+            upstream = await until_disconnect(request, begin())
+        except BaseException:
+            if ticket is not None:
+                await d.cache.abandon(ticket)
+            raise
+        trace.upstream = upstream.backend.url
+        outcome = StreamOutcome(started=trace.started)
+        acc = Accumulator(kind) if ticket is not None else None
+        chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
+
+        async def close() -> None:
+            d.admission.release()
+            await upstream.aclose()
+            if outcome.first_byte is not None:
+                d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
+            if outcome.usage:
+                trace.tokens_out = outcome.usage.get("completion_tokens")
+            if not outcome.finished:
+                trace.status = 499 if outcome.error is None else outcome.error
+            if ticket is not None:
+                done = acc.completion() if acc is not None and outcome.finished else None
+                await (self._store(ticket, done) if done else d.cache.abandon(ticket))
+
+        return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers))
+
+    def _closer(self, trace: Trace, then: Any) -> Any:
+        async def close() -> None:
+            try:
+                if then is not None:
+                    await then()
+            finally:
+                self._done(trace)
+        return close
+
+    async def _store(self, ticket: object, completion: Completion) -> None:
+        try:
+            await self.d.cache.store(ticket, completion)
+        except Exception:
+            log.exception("cache store failed")
+
+    def _done(self, trace: Trace) -> None:
+        m = self.d.metrics
+        elapsed = time.perf_counter() - trace.started
+        m.requests.labels(trace.route, str(trace.status)).inc()
+        m.latency.labels(trace.route).observe(elapsed)
+        if trace.tokens_in:
+            m.tokens_in.labels(trace.route).inc(trace.tokens_in)
+        if trace.tokens_out:
+            m.tokens_out.labels(trace.route).inc(trace.tokens_out)
+        fields = {"rid": trace.rid, "route": trace.route, "status": trace.status,
+                  "ms": round(elapsed * 1000, 2), "tokens_in": trace.tokens_in,
+                  "tokens_out": trace.tokens_out, "cache": trace.cache,
+                  "upstream": trace.upstream}
+        if trace.prompt is not None:
+            fields["prompt"] = trace.prompt
+        access(fields)
+
+
+def _json_answer(content: bytes) -> Any:
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        raise BadGateway("the upstream answered 200 with a body that is not JSON") from None
+
+
+def _upstream_headers(trace: Trace) -> dict[str, str]:
+    return {**_JSON_HEADERS, "x-request-id": trace.rid}
+
+
+def _sse(headers: dict[str, str]) -> dict[str, str]:
+    return {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+            "content-type": SSE}

@@ -1,0 +1,36 @@
+"""Every Prometheus metric, defined once, in a per-app registry (tests build many apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("proxy_requests", "Requests by route and status",
+                                ["route", "status"], registry=r)
+        self.latency = Histogram("proxy_request_duration_seconds",
+                                 "Total time to the last byte", ["route"], buckets=_LATENCY,
+                                 registry=r)
+        self.ttft = Histogram("proxy_ttft_seconds", "Time to the first streamed byte",
+                              ["route"], buckets=_LATENCY, registry=r)
+        self.tokens_in = Counter("proxy_tokens_in", "Prompt tokens", ["route"], registry=r)
+        self.tokens_out = Counter("proxy_tokens_out", "Completion tokens", ["route"], registry=r)
+        self.clipped = Counter("proxy_clipped_requests", "Requests clipped, by what was done",
+                               ["kind"], registry=r)
+        self.upstream_errors = Counter("proxy_upstream_errors", "Upstream failures",
+                                       ["upstream", "kind"], registry=r)
+        self.inflight = Gauge("proxy_inflight_requests", "Upstream requests in flight",
+                              registry=r)
+        self.waiting = Gauge("proxy_waiting_requests", "Requests waiting for a slot",
+                             registry=r)
+        self.rejected = Counter("proxy_admission_rejected", "Requests refused with 429",
+                                registry=r)
+        self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
+                                 ["upstream"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,21 @@
+"""The cache that never caches: PROXY_CACHE=off, or before proxy.cache exists."""
+
+from __future__ import annotations
+
+from proxy.types import CacheRequest, CacheResult, Completion
+
+BYPASS = CacheResult(status="bypass")
+
+
+class NullCache:
+    async def lookup(self, req: CacheRequest) -> CacheResult:
+        return BYPASS
+
+    async def store(self, ticket: object, completion: Completion) -> None:
+        return None
+
+    async def abandon(self, ticket: object) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

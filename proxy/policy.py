@@ -1,0 +1,52 @@
+"""Forced greedy sampling and output caps: pure functions on the request body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.errors import InputTooLong
+
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1}
+_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def force_greedy(body: dict[str, Any]) -> dict[str, Any]:
+    """Temperature 0, top_p 1, top_k off (-1 for vLLM), n 1: whatever the client sent."""
+    out = {**body, **GREEDY}
+    out.pop("best_of", None)
+    return out
+
+
+def output_limit(max_output: int, context_len: int | None, input_tokens: int) -> int:
+    if context_len is None:
+        return max_output
+    room = context_len - input_tokens
+    if room < 1:
+        raise InputTooLong(f"This request has {input_tokens} input tokens, which leaves no room "
+                           f"for output in the model's context of {context_len} tokens.",
+                           param="messages")
+    return min(max_output, room)
+
+
+def cap_output(body: dict[str, Any], limit: int) -> tuple[dict[str, Any], int | None]:
+    """Cap max_tokens / max_completion_tokens at limit, or set max_tokens when none is given.
+    Returns the new body and what the client had asked for when that was clipped."""
+    asked = [body[f] for f in _OUTPUT_FIELDS if body.get(f) is not None]
+    if not asked:
+        return {**body, "max_tokens": limit}, None
+    if max(asked) <= limit:
+        return body, None
+    out = dict(body)
+    for f in _OUTPUT_FIELDS:
+        if out.get(f) is not None and out[f] > limit:
+            out[f] = limit
+    return out, max(asked)
+
+
+def with_usage(body: dict[str, Any]) -> dict[str, Any]:
+    """Streams always ask vLLM for the usage chunk (metrics, cache); the relay drops it again
+    for clients that did not ask."""
+    options = body.get("stream_options") or {}
+    if options.get("include_usage") is True:
+        return body
+    return {**body, "stream_options": {**options, "include_usage": True}}

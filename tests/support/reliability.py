@@ -1,0 +1,127 @@
+"""Helpers for the reliability tests: the proxy served for real (uvicorn in a thread whose loop
+the test can inspect), and the loadtest mock upstream in another thread, made slow or hung."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import psutil
+import uvicorn
+
+from loadtest.mock import MockServer, start
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.support.procs import free_port, wait_http
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], bool], what: str, deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; call coroutines into it from the test."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@dataclass
+class Mock:
+    url: str
+    port: int
+    server: MockServer
+
+    def connections(self) -> int:
+        """Open TCP connections into the mock (upstream requests the proxy holds open)."""
+        return sum(1 for c in psutil.Process().net_connections("tcp")
+                   if c.laddr and c.laddr.port == self.port and c.status == "ESTABLISHED")
+
+
+@contextmanager
+def mock_upstream(ttft: float = 0.0, itl: float = 0.0,
+                  output_tokens: int | None = None) -> Iterator[Mock]:
+    lt = LoopThread("mock-upstream")
+    port = free_port()
+    mock = MockServer(ttft, itl, output_tokens)
+
+    async def up() -> asyncio.Server:
+        return await start(mock, "127.0.0.1", port)
+
+    srv = lt.call(up())
+    try:
+        yield Mock(f"http://127.0.0.1:{port}", port, mock)
+    finally:
+        async def down() -> None:
+            srv.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        lt.call(down())
+        lt.stop()
+
+
+@dataclass
+class Served:
+    url: str
+    lt: LoopThread
+    server: uvicorn.Server
+
+    def tasks(self) -> int:
+        async def count() -> int:
+            return len(asyncio.all_tasks()) - 1
+
+        return self.lt.call(count())
+
+    def metric(self, name: str) -> float:
+        for line in httpx.get(self.url + "/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{name} not on /metrics")
+
+    def idle(self) -> bool:
+        return (self.metric("proxy_inflight_requests") == 0
+                and self.metric("proxy_waiting_requests") == 0)
+
+
+@contextmanager
+def served_proxy(settings: Settings, **uv: Any) -> Iterator[Served]:
+    port = free_port()
+    fields = {f: getattr(settings, f) for f in settings.__dataclass_fields__}
+    s = Settings(**{**fields, "port": port})
+    config = uvicorn.Config(create_app(s), host="127.0.0.1", port=port, loop="none",
+                            http="httptools", log_config=None, access_log=False,
+                            lifespan="on", **uv)
+    server = uvicorn.Server(config)
+    lt = LoopThread("proxy")
+    fut = asyncio.run_coroutine_threadsafe(server.serve(), lt.loop)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", 120)
+        yield Served(url, lt, server)
+    finally:
+        server.should_exit = True
+        fut.result(30)
+        lt.stop()

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from tests.cache_support import embedder
+
+
+async def test_concurrent_embeds_are_batched_and_match_single_encodes() -> None:
+    emb = embedder(max_batch=32, max_wait=0.05)
+    texts = [f"How do I sort list number {i}?" for i in range(20)]
+    try:
+        vectors = await asyncio.gather(*(emb.embed(t) for t in texts))
+        assert emb.calls == 20 and emb.batches < 20
+        single = emb.encode([texts[3]])[0]
+        assert single is not None and vectors[3] is not None
+        assert np.allclose(vectors[3], single, atol=1e-5)
+        assert abs(float(np.linalg.norm(single)) - 1.0) < 1e-4
+    finally:
+        await emb.aclose()
+
+
+async def test_text_longer_than_the_window_skips() -> None:
+    emb = embedder()
+    try:
+        assert await emb.embed("word " * (emb.window + 10)) is None
+        assert await emb.embed("short") is not None
+        assert emb.identity.endswith(f":{emb.dim}:{emb.window}") and emb.dim == 384
+    finally:
+        await emb.aclose()
+
+
+async def test_paraphrases_are_close_and_unrelated_far() -> None:
+    emb = embedder()
+    try:
+        a, b, c = await asyncio.gather(emb.embed("What is the capital of France?"),
+                                       emb.embed("What's the capital city of France?"),
+                                       emb.embed("How do I bake sourdough bread?"))
+        assert a is not None and b is not None and c is not None
+        assert float(a @ b) > 0.8 > float(a @ c)
+    finally:
+        await emb.aclose()

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from proxy.cache.entry import Entry, better, serve, storable
+from tests.cache_support import answer
+
+
+def entry(finish: str, tokens: int, max_tokens: int | None,
+          pieces: tuple[str, ...] | None = None) -> Entry:
+    text = "".join(pieces) if pieces else "hello world"
+    return Entry(exact="x", partition="p", namespace="tiny", kind="chat", text="q",
+                 max_tokens=max_tokens, answer=answer(text, finish=finish, tokens=tokens),
+                 pieces=pieces)
+
+
+def test_stop_answers_any_limit_at_least_its_length() -> None:
+    e = entry("stop", 3, 16)
+    assert serve(e, 16) is not None and serve(e, 3) is not None and serve(e, None) is not None
+    assert serve(e, 2) is None  # no pieces: cannot cut
+
+
+def test_length_answers_same_limit_and_cuts_with_token_pieces() -> None:
+    pieces = ("a", " b", " c", " d")
+    e = entry("length", 4, 4, pieces)
+    assert serve(e, 5) is None
+    same = serve(e, 4)
+    assert same is not None and same["choices"][0]["message"]["content"] == "a b c d"
+    cut = serve(e, 2)
+    assert cut is not None
+    assert cut["choices"][0]["message"]["content"] == "a b"
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+    assert cut["id"].startswith("chatcmpl-cache-")
+
+
+def test_cut_refused_when_pieces_are_not_tokens_or_counter_disagrees() -> None:
+    assert serve(entry("length", 5, 5, ("a", " b", " c", " d")), 2) is None
+    e = entry("length", 4, 4, ("a", " b", " c", " d"))
+    assert serve(e, 2, count=lambda s: 3) is None
+    assert serve(e, 2, count=lambda s: len(s.split())) is not None
+
+
+def test_stop_entry_cut_below_its_length() -> None:
+    e = entry("stop", 3, 16, ("x", "y", "z"))
+    cut = serve(e, 2)
+    assert cut is not None and cut["choices"][0]["finish_reason"] == "length"
+
+
+def test_storable() -> None:
+    assert storable(answer("hi"))
+    assert storable(answer("hi", finish="length"))
+    assert not storable(answer("hi", finish="abort"))
+    tool = answer("")
+    tool["choices"][0]["message"]["tool_calls"] = [{"id": "t"}]
+    assert not storable(tool)
+    assert not storable({"error": {"message": "x"}, "choices": []})
+
+
+def test_better_and_json_round_trip() -> None:
+    assert better(entry("stop", 3, 8), entry("length", 4, 4))
+    assert not better(entry("length", 8, 8), entry("stop", 3, 4))
+    assert better(entry("length", 8, 8), entry("length", 4, 4))
+    e = entry("length", 2, 2, ("a", "b"))
+    e.vector = b"\x00\x00\x80?"
+    back = Entry.from_json(e.to_json())
+    assert back == e

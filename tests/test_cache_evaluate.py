@@ -1,0 +1,48 @@
+"""CI gate: the labelled pairs, through the real `python -m proxy.cache.evaluate` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAIRS = REPO / "tests" / "data" / "cache_pairs.jsonl"
+
+
+def run(path: Path) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", str(path)], cwd=REPO,
+                         capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_labelled_set_is_big_and_balanced() -> None:
+    pairs = [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
+    assert len(pairs) >= 300
+    same = sum(p["same"] for p in pairs)
+    assert 0.3 < same / len(pairs) < 0.7
+
+
+@pytest.mark.slow
+def test_precision_and_recall_on_the_labelled_set() -> None:
+    report = run(PAIRS)
+    assert set(report) == {"pairs", "true_hits", "false_hits", "missed", "precision", "recall"}
+    assert report["pairs"] >= 300
+    assert report["precision"] >= 0.98
+    assert report["recall"] >= 0.75
+
+
+def test_command_counts_hits_and_misses(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in [
+        {"a": "What is the capital of France?", "b": "What is the capital of France?",
+         "same": True},
+        {"a": "Convert JSON to YAML", "b": "Convert YAML to JSON", "same": False},
+        {"a": "How do I bake bread?", "b": "What is a monad?", "same": True},
+    ]))
+    report = run(path)
+    assert report == {"pairs": 3, "true_hits": 1, "false_hits": 0, "missed": 1,
+                      "precision": 1.0, "recall": 0.5}

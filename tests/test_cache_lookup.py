@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
+from proxy.cache.lookup import SemanticCache
+from tests.cache_support import chat, completion, embedder
+
+
+@pytest.fixture
+async def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+async def make(registry: CollectorRegistry, **cfg: Any) -> SemanticCache:
+    cache = await open_cache(registry=registry, config=CacheConfig(**cfg), embedder=embedder())
+    assert cache is not None
+    return cache
+
+
+@pytest.fixture
+async def cache(registry: CollectorRegistry) -> AsyncIterator[SemanticCache]:
+    c = await make(registry)
+    yield c
+    await c.aclose()
+
+
+def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+async def fill(cache: SemanticCache, text: str, reply: str, **kw: Any) -> None:
+    miss = await cache.lookup(chat(text, **kw))
+    assert miss.status == "miss"
+    await cache.store(miss.ticket, completion(reply))
+
+
+async def test_exact_then_semantic_hit(cache: SemanticCache, registry: CollectorRegistry) -> None:
+    await fill(cache, "How do I reverse a list in Python?", "use reversed()")
+    exact = await cache.lookup(chat("How do I reverse a list in Python?"))
+    assert (exact.status, exact.tier, exact.similarity) == ("hit", "exact", 1.0)
+    assert exact.answer is not None
+    assert exact.answer["choices"][0]["message"]["content"] == "use reversed()"
+    sem = await cache.lookup(chat("What's the way to reverse a Python list?"))
+    assert (sem.status, sem.tier) == ("hit", "semantic")
+    assert sem.similarity is not None and 0.8 <= sem.similarity < 1.0
+    assert metric(registry, "proxy_cache_lookups_total", result="hit", tier="semantic") == 1
+
+
+async def test_near_miss_is_rejected_and_counted(cache: SemanticCache,
+                                                 registry: CollectorRegistry) -> None:
+    await fill(cache, "How do I reverse a list?", "reversed")
+    near = await cache.lookup(chat("How do I not reverse a list?"))
+    assert near.status == "miss"
+    assert metric(registry, "proxy_cache_rejections_total", reason="negation") == 1
+    await cache.abandon(near.ticket)
+    swap = await cache.lookup(chat("Convert YAML to JSON"))
+    await cache.store(swap.ticket, completion("yaml->json"))
+    other = await cache.lookup(chat("Convert JSON to YAML"))
+    assert other.status == "miss"
+
+
+async def test_tenants_never_share(cache: SemanticCache) -> None:
+    await fill(cache, "What is Redis?", "A's answer", tenant="A")
+    assert (await cache.lookup(chat("What is Redis?", tenant="B"))).status == "miss"
+    assert (await cache.lookup(chat("What is Redis?", tenant="A"))).status == "hit"
+
+
+async def test_shared_mode_lets_tenants_share(registry: CollectorRegistry) -> None:
+    cache = await make(registry, shared=True)
+    try:
+        await fill(cache, "What is Redis?", "shared", tenant="A")
+        assert (await cache.lookup(chat("What is Redis?", tenant="B"))).status == "hit"
+    finally:
+        await cache.aclose()
+
+
+async def test_cache_control_and_policy_bypass(cache: SemanticCache) -> None:
+    assert (await cache.lookup(chat("q1", no_store=True))).status == "bypass"
+    assert (await cache.lookup(chat("q1", temperature=0.7))).status == "bypass"
+    assert (await cache.lookup(chat("q1", n=2))).status == "bypass"
+    await fill(cache, "What is a closure?", "first")
+    fresh = await cache.lookup(chat("What is a closure?", no_cache=True))
+    assert fresh.status == "miss"  # skip lookup ...
+    await cache.store(fresh.ticket, completion("second", finish="stop"))  # ... still store
+    hit = await cache.lookup(chat("What is a closure?"))
+    assert hit.answer is not None
+    assert hit.answer["choices"][0]["message"]["content"] == "first"  # stop answer kept
+
+
+async def test_errored_or_aborted_answers_are_not_stored(cache: SemanticCache) -> None:
+    miss = await cache.lookup(chat("What is an aborted stream?"))
+    await cache.store(miss.ticket, completion("partial", finish="abort"))
+    again = await cache.lookup(chat("What is an aborted stream?"))
+    assert again.status == "miss"
+    await cache.abandon(again.ticket)
+    assert (await cache.lookup(chat("What is an aborted stream?"))).status == "miss"
+
+
+async def test_max_tokens_prefix_cut(cache: SemanticCache) -> None:
+    miss = await cache.lookup(chat("Count to ten", max_tokens=4))
+    await cache.store(miss.ticket, completion("1 2 3 4", finish="length",
+                                              pieces=("1", " 2", " 3", " 4")))
+    cut = await cache.lookup(chat("Count to ten", max_tokens=2))
+    assert cut.status == "hit" and cut.answer is not None
+    assert cut.answer["choices"][0]["message"]["content"] == "1 2"
+    longer = await cache.lookup(chat("Count to ten", max_tokens=8))
+    assert longer.status == "miss"
+
+
+async def test_single_flight(cache: SemanticCache, registry: CollectorRegistry) -> None:
+    first = await cache.lookup(chat("What is single flight?"))
+    assert first.status == "miss"
+    waiters = [asyncio.create_task(cache.lookup(chat("What is single flight?")))
+               for _ in range(5)]
+    while metric(registry, "proxy_cache_single_flight_waits_total") < 5:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    assert not any(w.done() for w in waiters)
+    await cache.store(first.ticket, completion("once"))
+    results = await asyncio.gather(*waiters)
+    assert all(r.status == "hit" for r in results)
+
+
+async def test_single_flight_abandon_promotes_one_waiter(cache: SemanticCache) -> None:
+    first = await cache.lookup(chat("What is a leader?"))
+    waiters = [asyncio.create_task(cache.lookup(chat("What is a leader?"))) for _ in range(3)]
+    await asyncio.sleep(0.2)
+    await cache.abandon(first.ticket)
+    done, pending = await asyncio.wait(waiters, timeout=5)
+    assert len(done) == 1 and next(iter(done)).result().status == "miss"
+    leader = next(iter(done)).result()
+    await cache.store(leader.ticket, completion("ok"))
+    assert all(r.status == "hit" for r in await asyncio.gather(*pending))
+
+
+async def test_exact_mode_has_no_semantic_tier(registry: CollectorRegistry) -> None:
+    cache = await open_cache(registry=registry, config=CacheConfig(mode="exact"))
+    assert cache is not None and cache.embedder is None
+    try:
+        await fill(cache, "What is the capital of France?", "Paris")
+        assert (await cache.lookup(chat("What is the capital of France?"))).tier == "exact"
+        assert (await cache.lookup(chat("What's the capital city of France?"))).status == "miss"
+    finally:
+        await cache.aclose()
+    assert await open_cache(config=CacheConfig(mode="off")) is None
+
+
+async def test_stats_and_flush(cache: SemanticCache, registry: CollectorRegistry) -> None:
+    await fill(cache, "What is a monad?", "m", model="m1")
+    await fill(cache, "What is a functor?", "f", model="m2")
+    stats = await cache.stats()
+    assert stats["entries"] == 2 and stats["indexed"] == 2
+    assert await cache.flush("m1") == 1
+    assert (await cache.lookup(chat("What is a monad?", model="m1"))).status == "miss"
+    assert (await cache.lookup(chat("What is a functor?", model="m2"))).status == "hit"
+    assert metric(registry, "proxy_cache_entries") == 1

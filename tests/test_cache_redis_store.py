@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
+from proxy.cache.entry import Entry
+from proxy.cache.lookup import SemanticCache
+from proxy.cache.redis_store import RedisStore
+from proxy.cache.store import StoreUnavailable
+from tests.cache_support import answer, chat, completion, embedder
+from tests.support.procs import Redis
+
+pytestmark = pytest.mark.redis
+
+
+def entry(exact: str, namespace: str = "tiny", finish: str = "stop") -> Entry:
+    vec = np.ones(4, dtype=np.float32) / 2
+    return Entry(exact=exact, partition="p" * 64, namespace=namespace, kind="chat", text=exact,
+                 max_tokens=8, answer=answer(exact, finish=finish), vector=vec.tobytes())
+
+
+@pytest.fixture
+async def store(redis: Redis) -> AsyncIterator[RedisStore]:
+    s = await RedisStore(redis.url, max_entries=3, ttl=None, prefix="t").open()
+    yield s
+    await s.aclose()
+
+
+async def test_put_get_replace_and_catch_up(store: RedisStore, redis: Redis) -> None:
+    other = await RedisStore(redis.url, max_entries=3, ttl=None, prefix="t").open()
+    try:
+        a = await store.put(entry("a"))
+        assert a is not None and a.id == 1
+        got = await other.get_exact("a")
+        assert got is not None and got.answer == a.answer and got.text == "a"
+        seen = await other.changes()
+        assert [(e.id, e.partition, e.vector) for e in seen] == [(1, "p" * 64, a.vector)]
+        assert await other.changes() == []
+        assert await store.put(entry("a", finish="length")) is None  # stop answer kept
+        assert [e is not None for e in await other.get_many([1, 42])] == [True, False]
+    finally:
+        await other.aclose()
+
+
+async def test_size_bound_evicts_least_recently_used(redis: Redis) -> None:
+    evicted: list[int] = []
+    s = await RedisStore(redis.url, max_entries=3, ttl=None, prefix="t",
+                         on_evict=evicted.append).open()
+    try:
+        for name in "abc":
+            await s.put(entry(name))
+        await s.get_exact("a")  # b is now the least recently used
+        await s.put(entry("d"))
+        assert evicted == [1]
+        assert await s.get_exact("b") is None and await s.get_exact("a") is not None
+        assert await s.count() == 3 and 2 in s.removed
+    finally:
+        await s.aclose()
+
+
+async def test_ttl(redis: Redis) -> None:
+    s = await RedisStore(redis.url, max_entries=10, ttl=0.2, prefix="t").open()
+    try:
+        await s.put(entry("a"))
+        assert await s.get_exact("a") is not None
+        await asyncio.sleep(0.3)
+        assert await s.get_exact("a") is None
+    finally:
+        await s.aclose()
+
+
+async def test_flush_namespace_and_all(store: RedisStore) -> None:
+    await store.put(entry("a", "m1"))
+    await store.put(entry("b", "m2"))
+    assert await store.flush("m1") == 1
+    assert await store.get_exact("a") is None and await store.get_exact("b") is not None
+    assert await store.flush() == 1
+    assert await store.get_exact("b") is None and await store.count() == 0
+
+
+async def test_down_raises_unavailable_then_recovers(redis: Redis) -> None:
+    s = await RedisStore(redis.url, max_entries=10, ttl=None, prefix="t",
+                         retry_after=0.0).open()
+    try:
+        await s.put(entry("a"))
+        redis.stop()
+        with pytest.raises(StoreUnavailable):
+            await s.get_exact("a")
+        redis.start()
+        assert await s.get_exact("a") is None  # a fresh redis-server: data gone
+        await s.changes()
+        assert s.take_reset()  # ... and the replica knows to rebuild its index
+        await s.put(entry("b"))
+        assert await s.get_exact("b") is not None
+    finally:
+        await s.aclose()
+
+
+async def replica(redis: Redis, registry: CollectorRegistry, **kw: Any) -> SemanticCache:
+    cfg = CacheConfig(redis_url=redis.url, namespace="rep", **kw)
+    cache = await open_cache(registry=registry, config=cfg, embedder=embedder())
+    assert cache is not None
+    return cache
+
+
+async def test_two_replicas_share_exact_and_semantic_entries(redis: Redis) -> None:
+    one = await replica(redis, CollectorRegistry())
+    two = await replica(redis, CollectorRegistry())
+    try:
+        miss = await one.lookup(chat("How do I reverse a list in Python?"))
+        await one.store(miss.ticket, completion("reversed(xs)"))
+        exact = await two.lookup(chat("How do I reverse a list in Python?"))
+        assert (exact.status, exact.tier) == ("hit", "exact")
+        sem = await two.lookup(chat("What's the way to reverse a Python list?"))
+        assert (sem.status, sem.tier) == ("hit", "semantic")
+        assert sem.answer is not None
+        assert sem.answer["choices"][0]["message"]["content"] == "reversed(xs)"
+        near = await two.lookup(chat("How do I not reverse a list in Python?"))
+        assert near.status == "miss"
+        await two.abandon(near.ticket)
+        assert (await two.lookup(chat("How do I reverse a list in Python?", tenant="B"))
+                ).status == "miss"
+        assert await two.flush("tiny") == 1
+        assert (await one.lookup(chat("What's the way to reverse a Python list?"))
+                ).status == "miss"
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_redis_down_bypasses_and_recovers(redis: Redis) -> None:
+    registry = CollectorRegistry()
+    cache = await replica(redis, registry)
+    try:
+        redis.stop()
+        down = await cache.lookup(chat("What is a circuit breaker?"))
+        assert down.status == "bypass"
+        errors = registry.get_sample_value("proxy_cache_backend_errors_total", {"op": "lookup"})
+        assert errors is not None and errors >= 1
+        redis.start()
+        deadline = time.monotonic() + 10
+        result = down
+        while result.status == "bypass" and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            result = await cache.lookup(chat("What is a circuit breaker?"))
+        assert result.status == "miss"
+        await cache.store(result.ticket, completion("it opens"))
+        assert (await cache.lookup(chat("What is a circuit breaker?"))).status == "hit"
+    finally:
+        await cache.aclose()

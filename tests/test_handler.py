@@ -1,0 +1,338 @@
+"""The completion flow end to end against a fake vLLM (MockTransport): fast, no model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proxy.settings import Settings
+from proxy.types import CacheRequest, CacheResult, Completion
+from tests.support.fake_upstream import FakeVllm
+from tests.support.proxy_app import proxy_client
+
+UP = "http://vllm:8000"
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello there"}]}
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(**{"upstreams": (UP,), "cache": "off", **kw})
+
+
+def sse_events(text: str) -> list[str]:
+    assert text.endswith("\n\n")
+    return [e.removeprefix("data: ") for e in text.strip().split("\n\n")]
+
+
+async def test_greedy_is_forced_and_other_fields_pass_through():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={
+            **CHAT, "temperature": 1.8, "top_p": 0.5, "top_k": 40, "n": 3, "seed": 7,
+            "stop": ["x"], "presence_penalty": 0.1, "user": "u1"})
+    assert r.status_code == 200
+    sent = fake.completions()[-1].json
+    assert (sent["temperature"], sent["top_p"], sent["top_k"], sent["n"]) == (0.0, 1.0, -1, 1)
+    assert sent["seed"] == 7 and sent["stop"] == ["x"] and sent["user"] == "u1"
+    assert sent["presence_penalty"] == 0.1
+
+
+async def test_greedy_off_leaves_sampling_alone():
+    fake = FakeVllm()
+    async with proxy_client(settings(greedy=False), transport=fake.transport) as c:
+        await c.post("/v1/chat/completions", json={**CHAT, "temperature": 1.8, "n": 2})
+    sent = fake.completions()[-1].json
+    assert sent["temperature"] == 1.8 and sent["n"] == 2 and "top_k" not in sent
+
+
+async def test_max_tokens_set_capped_and_reported():
+    fake = FakeVllm()
+    async with proxy_client(settings(max_output_tokens=100), transport=fake.transport) as c:
+        plain = await c.post("/v1/chat/completions", json=CHAT)
+        huge = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 100000})
+        small = await c.post("/v1/chat/completions", json={**CHAT, "max_completion_tokens": 7})
+    sent = [r.json for r in fake.completions()]
+    assert sent[0]["max_tokens"] == 100 and "X-Proxy-Max-Tokens-Clipped" not in plain.headers
+    assert sent[1]["max_tokens"] == 100
+    assert huge.headers["X-Proxy-Max-Tokens-Clipped"] == "100000->100"
+    assert sent[2]["max_completion_tokens"] == 7 and "max_tokens" not in sent[2]
+    assert small.status_code == 200
+
+
+async def test_max_tokens_never_exceeds_what_the_context_leaves():
+    fake = FakeVllm(max_model_len=10)  # fake /tokenize: one token per word
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/completions", json={"model": "tiny", "prompt": "a b c d",
+                                                  "max_tokens": 50})
+    assert r.status_code == 200
+    assert fake.completions("/v1/completions")[-1].json["max_tokens"] == 6
+
+
+async def test_input_over_the_limit_is_rejected_with_counts():
+    fake = FakeVllm()
+    async with proxy_client(settings(max_input_tokens=3), transport=fake.transport) as c:
+        r = await c.post("/v1/completions", json={"model": "tiny", "prompt": "a b c d e"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert "5 input tokens" in err["message"] and "at most 3" in err["message"]
+    assert err["code"] == "context_length_exceeded"
+    assert fake.completions("/v1/completions") == []
+
+
+async def test_input_over_the_limit_is_truncated_and_said_so():
+    fake = FakeVllm()
+    msgs = [{"role": "system", "content": "be brief"},
+            {"role": "user", "content": "one one one"},
+            {"role": "assistant", "content": "two two two"},
+            {"role": "user", "content": "three three"}]
+    s = settings(max_input_tokens=5, input_overflow="truncate")
+    async with proxy_client(s, transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={"model": "tiny", "messages": msgs})
+    assert r.status_code == 200
+    sent = fake.completions()[-1].json["messages"]
+    assert sent == [msgs[0], msgs[3]]
+    assert "dropped_messages=2" in r.headers["X-Proxy-Input-Truncated"]
+
+
+async def test_stream_passes_events_and_drops_usage_the_client_did_not_ask_for():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "stream": True, "max_tokens": 3})
+        with_usage = await c.post("/v1/chat/completions", json={
+            **CHAT, "stream": True, "max_tokens": 3, "stream_options": {"include_usage": True}})
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    assert not any("usage" in json.loads(e) for e in events[:-1])
+    # the proxy asked vLLM for usage anyway (metrics, cache)
+    assert fake.completions()[0].json["stream_options"] == {"include_usage": True}
+    events = sse_events(with_usage.text)
+    assert json.loads(events[-2])["usage"]["completion_tokens"] == 3
+
+
+async def test_upstream_errors_keep_status_and_body():
+    body = {"error": {"message": "bad thing", "type": "BadRequestError", "param": "x",
+                      "code": 400}}
+    fake = FakeVllm(fail_with=(400, body))
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT)
+        s = await c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert (r.status_code, r.json()) == (400, body)
+    assert (s.status_code, s.json()) == (400, body)
+
+
+@pytest.mark.parametrize("knob,status", [("connect", 503), ("timeout", 504)])
+async def test_upstream_down_or_slow_is_an_openai_error(knob: str, status: int):
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        if knob == "connect":
+            fake.connect_error.add(UP)
+        else:
+            fake.read_timeout = True
+        r = await c.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == status
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_stream_broken_midway_ends_with_an_error_event():
+    fake = FakeVllm(stream_error_after=2)
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    events = sse_events(r.text)
+    assert len(events) == 3 and json.loads(events[-1])["error"]["code"] == "bad_gateway"
+
+
+BAD_BODIES: list[tuple[bytes, int]] = [
+    (b"{not json", 400),
+    (b"\xff\xfe{}", 400),  # invalid UTF-8
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "\\ud800"}]}', 400),
+    (b"[]", 400),
+    (b"", 400),
+    (b'{"model": "tiny"}', 400),  # missing messages
+    (b'{"model": "tiny", "messages": []}', 400),
+    (b'{"model": "tiny", "messages": "hi"}', 400),
+    (b'{"model": "tiny", "messages": [{"content": "hi"}]}', 400),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": 5}]}', 400),
+    (b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}', 400),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}',
+     400),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "9"}',
+     400),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e400}',
+     400),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
+     b'"max_tokens": 100000000000000000000000000}', 400),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}',
+     400),
+    (b'{"model": "nope", "messages": [{"role": "user", "content": "hi"}]}', 404),
+]
+
+
+@pytest.mark.parametrize("raw,status", BAD_BODIES)
+async def test_bad_input_is_a_4xx_openai_error(raw: bytes, status: int):
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", content=raw,
+                         headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_bad_completions_prompt_is_a_400():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        for prompt in (None, 5, [], [1, "a"], [[]]):
+            r = await c.post("/v1/completions", json={"model": "tiny", "prompt": prompt})
+            assert r.status_code == 400, prompt
+
+
+async def test_oversized_body_is_413():
+    fake = FakeVllm()
+    async with proxy_client(settings(max_body_bytes=100), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={
+            "model": "tiny", "messages": [{"role": "user", "content": "x" * 200}]})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+
+async def test_request_id_is_honoured_or_made_and_forwarded():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        given = await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "abc-1"})
+        made = await c.post("/v1/chat/completions", json=CHAT)
+    assert given.headers["x-request-id"] == "abc-1"
+    assert fake.completions()[0].headers["x-request-id"] == "abc-1"
+    assert len(made.headers["x-request-id"]) == 32
+
+
+async def test_api_keys():
+    fake = FakeVllm()
+    async with proxy_client(settings(api_keys=("k1", "k2")), transport=fake.transport) as c:
+        none = await c.post("/v1/chat/completions", json=CHAT)
+        wrong = await c.post("/v1/chat/completions", json=CHAT,
+                             headers={"authorization": "Bearer k3"})
+        right = await c.post("/v1/chat/completions", json=CHAT,
+                             headers={"authorization": "Bearer k2"})
+        models = await c.get("/v1/models")
+        health = await c.get("/health")
+    assert (none.status_code, wrong.status_code, right.status_code) == (401, 401, 200)
+    assert none.json()["error"]["type"] == "authentication_error"
+    assert models.status_code == 401 and health.status_code == 200
+
+
+class FakeCache:
+    def __init__(self, result: CacheResult) -> None:
+        self.result = result
+        self.seen: list[CacheRequest] = []
+        self.stored: list[tuple[object, Completion]] = []
+        self.abandoned: list[object] = []
+
+    async def lookup(self, req: CacheRequest) -> CacheResult:
+        self.seen.append(req)
+        return self.result
+
+    async def store(self, ticket: object, completion: Completion) -> None:
+        self.stored.append((ticket, completion))
+
+    async def abandon(self, ticket: object) -> None:
+        self.abandoned.append(ticket)
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.fixture
+def with_cache(monkeypatch):
+    def install(cache: FakeCache) -> None:
+        async def build(settings, metrics, count):
+            return cache
+        monkeypatch.setattr("proxy.app.build_cache", build)
+    return install
+
+
+ANSWER = {"id": "c1", "object": "chat.completion", "created": 1, "model": "tiny",
+          "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris is nice."},
+                       "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+
+
+async def test_cache_hit_json_and_stream_replay(with_cache):
+    cache = FakeCache(CacheResult("hit", "semantic", 0.97, ANSWER))
+    with_cache(cache)
+    fake = FakeVllm()
+    async with proxy_client(settings(api_keys=("k",)), transport=fake.transport) as c:
+        auth = {"authorization": "Bearer k", "cache-control": "no-store"}
+        j = await c.post("/v1/chat/completions", json=CHAT, headers=auth)
+        s = await c.post("/v1/chat/completions", headers=auth, json={
+            **CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    assert fake.completions() == []
+    assert j.json() == ANSWER
+    assert (j.headers["x-cache"], j.headers["x-cache-tier"]) == ("HIT", "semantic")
+    assert j.headers["x-cache-similarity"] == "0.9700"
+    events = sse_events(s.text)
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks
+                   if ch["choices"])
+    assert text == "Paris is nice." and len(chunks) >= 5
+    assert chunks[-1]["usage"] == ANSWER["usage"]
+    req = cache.seen[0]
+    assert req.kind == "chat" and req.no_store and not req.no_cache
+    assert req.tenant and req.body["temperature"] == 0.0 and req.body["max_tokens"] == 512
+
+
+async def test_cache_miss_stores_json_and_streamed_answers(with_cache):
+    cache = FakeCache(CacheResult("miss", ticket="T"))
+    with_cache(cache)
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        j = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3})
+        s = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 3, "stream": True})
+    assert j.headers["x-cache"] == "MISS" and s.status_code == 200
+    (t1, c1), (t2, c2) = cache.stored
+    assert t1 == t2 == "T" and c1.body == j.json() and c1.pieces is None
+    assert c2.body["choices"][0]["message"]["content"] == " w0 w1 w2"
+    assert c2.body["choices"][0]["finish_reason"] == "length"
+    assert c2.body["usage"]["completion_tokens"] == 3 and c2.pieces == (" w0", " w1", " w2")
+    assert cache.abandoned == []
+
+
+async def test_cache_miss_abandoned_on_upstream_failure(with_cache):
+    cache = FakeCache(CacheResult("miss", ticket="T"))
+    with_cache(cache)
+    fake = FakeVllm(fail_with=(500, {"error": {"message": "boom", "type": "x", "param": None,
+                                               "code": 500}}))
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT)
+        fake.fail_with, fake.stream_error_after = None, 2
+        s = await c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 500 and s.status_code == 200
+    assert cache.stored == [] and cache.abandoned == ["T", "T"]
+
+
+async def test_access_log_has_no_prompt_text_unless_asked(caplog):
+    fake = FakeVllm()
+    secret = {"model": "tiny", "messages": [{"role": "user", "content": "my secret plan"}]}
+    caplog.set_level("INFO", logger="proxy.access")
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        await c.post("/v1/chat/completions", json=secret)
+    async with proxy_client(settings(log_prompts=True), transport=fake.transport) as c:
+        await c.post("/v1/chat/completions", json=secret)
+    first, second = [r.fields for r in caplog.records if r.name == "proxy.access"]
+    assert "secret" not in str(first) and first["status"] == 200 and first["tokens_out"] == 16
+    assert "my secret plan" in str(second["prompt"])
+
+
+async def test_upstream_200_that_is_not_json_is_a_502():
+    import httpx
+
+    fake = FakeVllm()
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("completions"):
+            return httpx.Response(200, content=b"<html>proxy error page</html>")
+        return await fake.handle(request)
+
+    async with proxy_client(settings(), transport=httpx.MockTransport(handle)) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "bad_gateway"

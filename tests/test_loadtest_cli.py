@@ -1,0 +1,41 @@
+import pytest
+
+from loadtest.cli import main
+
+BASE = ["run", "--target", "http://127.0.0.1:1"]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--request-rate", "0"], "--request-rate must be > 0"),
+    (["--range-ratio", "1.2"], "--range-ratio must be in [0, 1)"),
+    (["--num-prompts", "0"], "--num-prompts must be > 0"),
+    (["--workload", "sharegpt"], "needs --dataset-path"),
+    (["--repeat-ratio", "0.8", "--paraphrase-ratio", "0.5"], "sum <= 1"),
+    (["--percentile-metrics", "ttft,foo"], "unknown ['foo']"),
+    (["--metric-percentiles", "fifty"], "expected numbers"),
+    (["--goodput", "latency:5"], "expected ttft|tpot|e2el:MILLISECONDS"),
+    (["--max-concurrency", "-2"], "--max-concurrency must be > 0"),
+    (["--header", "novalue"], "expected KEY:VALUE"),
+])
+def test_bad_arguments_get_clear_errors(extra, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(BASE + extra)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_target_url(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--target", "localhost:8000"])
+    assert "expected a URL" in capsys.readouterr().err
+
+
+def test_compare_needs_two(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--target", "a=http://x:1"])
+    assert "at least two" in capsys.readouterr().err
+
+
+def test_unreachable_target_is_a_clear_error(capsys):
+    assert main(BASE + ["--num-prompts", "1", "--no-progress", "--no-scrape"]) == 2
+    assert "could not read a model" in capsys.readouterr().err

@@ -1,0 +1,54 @@
+import pytest
+
+from loadtest.metrics_scrape import deltas, parse, summary
+
+BEFORE = """# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 10.0
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 100.0
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0"} 1.0
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0"} 100.0
+vllm:prompt_tokens_created{engine="0"} 1.7e9
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total 0.0
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total 0.0
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total 0.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0"} 0.0
+# TYPE proxy_cache_lookups counter
+proxy_cache_lookups_total{status="hit"} 2.0
+proxy_cache_lookups_total{status="miss"} 3.0
+"""
+
+AFTER = BEFORE.replace("hits_total{engine=\"0\",model_name=\"tiny\"} 10.0",
+                       "hits_total{engine=\"0\",model_name=\"tiny\"} 70.0") \
+    .replace("queries_total{engine=\"0\",model_name=\"tiny\"} 100.0",
+             "queries_total{engine=\"0\",model_name=\"tiny\"} 200.0") \
+    .replace("num_preemptions_total{engine=\"0\"} 1.0", "num_preemptions_total{engine=\"0\"} 3.0") \
+    .replace("drafts_total 0.0", "drafts_total 10.0") \
+    .replace("draft_tokens_total 0.0", "draft_tokens_total 30.0") \
+    .replace("accepted_tokens_total 0.0", "accepted_tokens_total 15.0") \
+    .replace('status="hit"} 2.0', 'status="hit"} 12.0')
+
+
+def test_parse_sums_label_sets_and_drops_created():
+    m = parse(BEFORE)
+    assert m["proxy_cache_lookups_total"] == 5.0
+    assert "vllm:prompt_tokens_created" not in m
+
+
+def test_deltas_and_the_summary_rows():
+    b, a = parse(BEFORE), parse(AFTER)
+    d = deltas(b, a)
+    assert d["vllm:prefix_cache_hits_total"] == 60 and "vllm:prompt_tokens_total" not in d
+    s = summary(d, a, {"vllm:kv_cache_usage_perc": 0.42})
+    assert s["Prefix cache hit rate (%)"] == pytest.approx(60.0)
+    assert s["Preemptions"] == 2
+    assert s["KV-cache usage peak (%)"] == pytest.approx(42.0)
+    assert s["Spec-decode acceptance rate (%)"] == pytest.approx(50.0)
+    assert s["Spec-decode acceptance length"] == pytest.approx(2.5)
+    assert s["proxy_cache_lookups_total"] == 10

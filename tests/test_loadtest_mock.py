@@ -1,0 +1,92 @@
+"""The mock server's known latencies come back out of the client; the self-check notices a
+busy client."""
+
+import asyncio
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from loadtest import runner, stats
+from loadtest.client import Client, ClientConfig
+from loadtest.runner import RunConfig
+from loadtest.workload import WorkloadConfig, stream
+from tests.support.procs import REPO, free_port, wait_http
+
+
+@contextmanager
+def mock_server(*args: str):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "loadtest", "mock", "--port", str(port),
+                             *args], cwd=REPO, stdout=subprocess.DEVNULL)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 20, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def mock_url():
+    with mock_server("--ttft-ms", "40", "--itl-ms", "10") as url:
+        yield url
+
+
+async def go(url, cfg, hog=None, endpoint="chat", n_out=8):
+    client = Client(ClientConfig(url, "mock", endpoint=endpoint), cfg.max_concurrency)
+    reqs = stream(WorkloadConfig(input_len=16, output_len=n_out), None)
+    task = asyncio.create_task(hog()) if hog else None
+    try:
+        return await runner.run(client, reqs, cfg)
+    finally:
+        if task:
+            task.cancel()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_known_ttft_and_itl_are_recovered(mock_url, endpoint):
+    cfg = RunConfig(num_prompts=20, request_rate=40, max_concurrency=8, progress=False, seed=1)
+    out = asyncio.run(go(mock_url, cfg, endpoint=endpoint))
+    d = stats.summarize(out.results, out.duration, [50, 99])
+    assert d["completed"] == 20 and d["total_output_tokens"] == 160
+    assert d["median_ttft_ms"] == pytest.approx(40, abs=8)
+    assert d["median_tpot_ms"] == pytest.approx(10, abs=2)
+    assert d["median_e2el_ms"] == pytest.approx(40 + 7 * 10, abs=12)
+    if endpoint == "completions":  # chat has vLLM's role chunk: one ~0 gap per request
+        assert d["median_itl_ms"] == pytest.approx(10, abs=2)
+    # a healthy client: sends on time (not asserted warning-free: CI boxes are shared)
+    assert out.selfcheck.summary()["send_lag_p50_ms"] < 5
+
+
+def test_self_check_warns_when_the_client_is_the_bottleneck(mock_url):
+    async def hog():  # a client that cannot keep up: the loop is blocked 30 ms at a time
+        while True:
+            time.sleep(0.03)  # noqa: ASYNC251 (the point: a blocked loop)
+            await asyncio.sleep(0.001)
+
+    cfg = RunConfig(num_prompts=20, request_rate=100, progress=False)
+    warnings = asyncio.run(go(mock_url, cfg, hog=hog)).selfcheck.summary()["warnings"]
+    assert any("event-loop lag" in w for w in warnings)
+    assert any("lag the schedule" in w for w in warnings)
+
+
+def test_mock_exact_cache_sets_x_cache():
+    with mock_server("--ttft-ms", "5", "--itl-ms", "1", "--cache", "exact") as url:
+        cfg = RunConfig(num_prompts=4, max_concurrency=1, progress=False)
+        client = Client(ClientConfig(url, "mock"), 1)
+
+        async def twice():
+            reqs = [r for r, _ in zip(stream(WorkloadConfig(output_len=3), None), range(2),
+                                      strict=False)]
+            try:
+                return await runner.run(client, iter(reqs + reqs), cfg)
+            finally:
+                await client.aclose()
+
+        res = asyncio.run(twice()).results
+        assert [r.cache for r in res] == ["miss", "hit", "miss", "hit"]  # sorted by index
+        assert res[0].text == res[1].text and res[0].text != res[2].text

@@ -1,0 +1,54 @@
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from loadtest import report, stats
+from loadtest.client import Result
+
+_VLLM = importlib.util.find_spec("vllm")
+VLLM_SERVE = Path(_VLLM.origin or "").parent / "benchmarks/serve.py" if _VLLM else Path("/-")
+
+
+def sample_result():
+    rs = [Result(i, success=True, start=i * 0.1, ttft=0.05, itl=[0.01] * 4, latency=0.09,
+                 prompt_tokens=12, output_tokens=5) for i in range(10)]
+    res = {"max_concurrency": 4, "request_rate": 5.0}
+    res.update(stats.summarize(rs, 2.0, [50, 99]))
+    return res
+
+
+def test_block_has_vllms_shape_and_parses_back():
+    text = report.block(sample_result(), ["ttft", "tpot", "itl", "e2el"], [50, 99])
+    lines = text.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============"
+    assert lines[-1] == "=" * 50
+    for line in lines[1:-1]:
+        section = len(line) == 50 and re.fullmatch(r"-+[^-].*[^-]-+", line)
+        row = re.fullmatch(r"[^:]{1,38}: *\s\S+ *", line) and line[41] != " " and line[40] == " "
+        assert section or row, line
+    rows = report.parse_block(text)
+    assert rows["Successful requests"] == 10
+    assert rows["Maximum request concurrency"] == 4
+    assert rows["Request rate configured (RPS)"] == 5.0
+    assert rows["Mean TTFT (ms)"] == pytest.approx(50.0)
+    assert rows["P99 ITL (ms)"] == pytest.approx(10.0)
+    assert rows["Mean TPOT (ms)"] == pytest.approx(10.0)
+
+
+@pytest.mark.skipif(not VLLM_SERVE.exists(), reason="vLLM not installed")
+def test_row_names_and_order_are_vllms():
+    src = VLLM_SERVE.read_text()
+    theirs = re.findall(r'\.format\(\s*"([A-Z][^"]*:)"', src)
+    ours = [line[:40].rstrip() for line in
+            report.block(sample_result(), ["ttft"], [99]).splitlines() if ":" in line[:40]]
+    standard = [r for r in ours if r in theirs]
+    assert standard[:12] == [
+        "Successful requests:", "Failed requests:", "Maximum request concurrency:",
+        "Request rate configured (RPS):", "Benchmark duration (s):", "Total input tokens:",
+        "Total generated tokens:", "Request throughput (req/s):",
+        "Output token throughput (tok/s):", "Peak output token throughput (tok/s):",
+        "Peak concurrent requests:", "Total token throughput (tok/s):"]
+    assert [theirs.index(r) for r in standard[:12]] == sorted(theirs.index(r)
+                                                                for r in standard[:12])

@@ -1,0 +1,82 @@
+import math
+
+import pytest
+
+from loadtest import cachestats, stats
+from loadtest.client import Result
+
+
+def res(i, ttft, itl, out, start=0.0, ok=True, prompt=10, cache="none", cid=None, text=""):
+    latency = ttft + sum(itl)
+    return Result(i, success=ok, start=start, ttft=ttft, itl=list(itl), latency=latency,
+                  prompt_tokens=prompt, output_tokens=out, cache=cache, canonical_id=cid,
+                  text=text)
+
+
+def test_tpot_is_vllms_definition():
+    r = res(0, 0.1, [0.02, 0.03, 0.05], out=4)
+    assert stats.tpot(r) == pytest.approx((0.2 - 0.1) / 3)
+    assert stats.tpot(res(1, 0.1, [], out=1)) is None
+
+
+def test_summary_matches_hand_computation():
+    rs = [res(0, 0.100, [0.010, 0.010], 3, start=0.0),
+          res(1, 0.300, [0.020, 0.040], 3, start=0.5),
+          res(2, 0.0, [], 0, ok=False)]
+    d = stats.summarize(rs, duration=2.0, percentiles=[50, 99])
+    assert d["completed"] == 2 and d["failed"] == 1
+    assert d["total_input_tokens"] == 20 and d["total_output_tokens"] == 6
+    assert d["request_throughput"] == pytest.approx(1.0)
+    assert d["output_throughput"] == pytest.approx(3.0)
+    assert d["total_token_throughput"] == pytest.approx(13.0)
+    assert d["mean_ttft_ms"] == pytest.approx(200.0)
+    assert d["median_ttft_ms"] == pytest.approx(200.0)
+    assert d["std_ttft_ms"] == pytest.approx(100.0)
+    assert d["mean_tpot_ms"] == pytest.approx((10.0 + 30.0) / 2)
+    assert d["mean_itl_ms"] == pytest.approx(20.0)
+    assert d["p99_itl_ms"] == pytest.approx(40.0 - 0.03 * 20, rel=1e-3)
+    assert d["mean_e2el_ms"] == pytest.approx((120.0 + 360.0) / 2)
+    assert d["p50_e2el_ms"] == pytest.approx(240.0)
+    assert d["request_goodput"] is None
+    assert d["max_concurrent_requests"] == 2
+    assert d["max_output_tokens_per_s"] == 6
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    rs = [res(0, 0.1, [0.01], 2), res(1, 0.5, [0.01], 2)]
+    d = stats.summarize(rs, 1.0, [99], goodput={"ttft": 200, "tpot": 50})
+    assert d["request_goodput"] == pytest.approx(1.0)
+
+
+def test_no_success_gives_zeros_not_errors():
+    d = stats.summarize([res(0, 0, [], 0, ok=False)], 1.0, [99])
+    assert d["completed"] == 0 and d["mean_ttft_ms"] == 0 and d["p99_tpot_ms"] == 0
+    assert not math.isnan(d["request_throughput"])
+
+
+def test_cache_split_hit_rate_and_tokens_avoided():
+    rs = [res(0, 0.2, [0.01] * 3, 4, cache="miss", prompt=50),
+          res(1, 0.01, [0.001] * 3, 4, cache="hit", prompt=50),
+          res(2, 0.01, [0.001] * 3, 4, cache="hit", prompt=40),
+          res(3, 0.2, [0.01] * 3, 4, cache="bypass")]
+    c = cachestats.cache_summary(rs)
+    assert (c["hits"], c["misses"], c["bypassed"]) == (2, 1, 1)
+    assert c["hit_rate"] == pytest.approx(2 / 3)
+    assert c["upstream_prompt_tokens_avoided"] == 90
+    assert c["upstream_output_tokens_avoided"] == 8
+    split = cachestats.split(rs, 1.0, [99])
+    assert set(split) == {"hit", "miss", "bypass"}
+    assert split["hit"]["mean_ttft_ms"] == pytest.approx(10.0)
+    assert split["miss"]["mean_ttft_ms"] == pytest.approx(200.0)
+
+
+def test_wrong_cached_answers():
+    rs = [res(0, .1, [], 1, cache="miss", cid="q1", text="Paris"),
+          res(1, .1, [], 1, cache="miss", cid="q2", text="Vienna"),
+          res(2, .1, [], 1, cache="hit", cid="q1", text="Paris"),       # right
+          res(3, .1, [], 1, cache="hit", cid="q2", text="Paris"),       # near-miss served q1
+          res(4, .1, [], 1, cache="hit", cid="q3", text="Canberra"),    # no reference
+          res(5, .1, [], 1, cache="hit", cid="q3b", text="Vienna")]     # another's answer
+    j = cachestats.judge_hits(rs)
+    assert j == {"correct": 1, "wrong": 2, "unverified": 1}
+    assert cachestats.cache_summary(rs)["wrong_cached_answers"] == 2

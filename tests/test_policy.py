@@ -1,0 +1,53 @@
+import httpx
+import pytest
+
+from proxy.errors import InputTooLong
+from proxy.policy import cap_output, force_greedy, output_limit, with_usage
+from proxy.settings import Settings
+from tests.support.proxy_app import proxy_client
+
+
+def test_force_greedy_overrides_sampling_and_keeps_the_rest():
+    body = {"temperature": 1.8, "top_p": 0.3, "top_k": 50, "n": 4, "best_of": 4, "seed": 3,
+            "stop": "x"}
+    out = force_greedy(body)
+    assert out == {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1, "seed": 3,
+                   "stop": "x"}
+    assert body["temperature"] == 1.8  # pure: the input is untouched
+
+
+def test_output_limit():
+    assert output_limit(512, 2048, 100) == 512
+    assert output_limit(512, 2048, 1800) == 248
+    assert output_limit(512, None, 10**6) == 512
+    with pytest.raises(InputTooLong):
+        output_limit(512, 2048, 2048)
+
+
+def test_cap_output():
+    assert cap_output({}, 100) == ({"max_tokens": 100}, None)
+    assert cap_output({"max_tokens": 50}, 100) == ({"max_tokens": 50}, None)
+    assert cap_output({"max_tokens": 500}, 100) == ({"max_tokens": 100}, 500)
+    body, asked = cap_output({"max_completion_tokens": 900, "max_tokens": 20}, 100)
+    assert body == {"max_completion_tokens": 100, "max_tokens": 20} and asked == 900
+
+
+def test_with_usage():
+    assert with_usage({})["stream_options"] == {"include_usage": True}
+    kept = {"stream_options": {"include_usage": True, "x": 1}}
+    assert with_usage(kept) is kept
+
+
+@pytest.mark.vllm
+async def test_huge_max_tokens_comes_back_clipped(vllm):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 100000, "ignore_eos": True}
+    async with httpx.AsyncClient(timeout=60) as client:
+        direct = await client.post(vllm.url + "/v1/chat/completions", json=body)
+    assert direct.status_code == 400  # vLLM itself refuses it
+    s = Settings(upstreams=(vllm.url,), cache="off", max_output_tokens=40)
+    async with proxy_client(s) as c:
+        r = await c.post("/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 40
+    assert r.headers["x-proxy-max-tokens-clipped"] == "100000->40"

@@ -1,0 +1,68 @@
+from collections.abc import AsyncIterator
+
+import orjson
+
+from proxy.errors import BadGateway
+from proxy.relay import StreamOutcome, relay_stream
+from proxy.sse import Accumulator
+
+
+class FakeStream:
+    def __init__(self, chunks: list[bytes], fail: bool = False) -> None:
+        self._chunks, self._fail = chunks, fail
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        for c in self._chunks:
+            yield c
+        if self._fail:
+            raise BadGateway("the upstream failed")
+
+
+def ev(obj) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+CONTENT = [ev({"id": "1", "choices": [{"index": 0, "delta": {"content": w},
+                                       "finish_reason": "stop" if w == "c" else None}]})
+           for w in "abc"]
+USAGE = ev({"id": "1", "choices": [], "usage": {"completion_tokens": 3}})
+STREAM = b"".join(CONTENT) + USAGE + b"data: [DONE]\n\n"
+
+
+async def run(chunks, acc=None, drop=False, fail=False):
+    outcome = StreamOutcome()
+    out = [c async for c in relay_stream(FakeStream(chunks, fail), outcome, acc, drop)]  # type: ignore[arg-type]
+    return out, outcome
+
+
+async def test_whole_events_only_even_when_the_network_splits_them():
+    pieces = [STREAM[i:i + 7] for i in range(0, len(STREAM), 7)]
+    out, outcome = await run(pieces)
+    assert b"".join(out) == STREAM
+    assert all(c.endswith(b"\n\n") for c in out)
+    assert outcome.finished and outcome.usage == {"completion_tokens": 3}
+
+
+async def test_usage_chunk_dropped_when_the_client_did_not_ask():
+    out, outcome = await run([STREAM], drop=True)
+    assert b"".join(out) == b"".join(CONTENT) + b"data: [DONE]\n\n"
+    assert outcome.usage == {"completion_tokens": 3}
+
+
+async def test_passthrough_is_byte_identical_chunk_for_chunk():
+    out, _ = await run([*CONTENT, USAGE])
+    assert out == [*CONTENT, USAGE]
+
+
+async def test_accumulates_for_the_cache():
+    acc = Accumulator("chat")
+    await run([STREAM], acc=acc)
+    done = acc.completion()
+    assert done is not None and done.pieces == ("a", "b", "c")
+    assert done.body["choices"][0]["message"]["content"] == "abc"
+
+
+async def test_upstream_failure_mid_stream_becomes_an_error_event():
+    out, outcome = await run(CONTENT[:1], fail=True)
+    assert not outcome.finished and outcome.error == 502
+    assert orjson.loads(out[-1][6:])["error"]["code"] == "bad_gateway"

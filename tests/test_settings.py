@@ -1,0 +1,47 @@
+import pytest
+
+from proxy.settings import Settings, SettingsError, load_settings, parse_cli
+
+
+def test_defaults():
+    s = load_settings({})
+    assert (s.port, s.max_output_tokens, s.greedy, s.api_keys) == (8000, 512, True, ())
+    assert s.input_overflow == "reject" and s.cache == "semantic"
+
+
+def test_env_then_flags_override():
+    env = {"PROXY_UPSTREAM": "http://a:1/, http://b:2", "PROXY_PORT": "9000",
+           "PROXY_GREEDY": "off", "PROXY_API_KEYS": "k1,k2", "PROXY_MAX_INPUT_TOKENS": "100",
+           "PROXY_INPUT_OVERFLOW": "truncate", "PROXY_CACHE": "off"}
+    s = parse_cli(["--port", "9100", "--max-output-tokens", "64"], env)
+    assert s.upstreams == ("http://a:1", "http://b:2")
+    assert (s.port, s.max_output_tokens, s.greedy, s.api_keys) == (9100, 64, False, ("k1", "k2"))
+    assert (s.max_input_tokens, s.input_overflow, s.cache) == (100, "truncate", "off")
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"PROXY_PORT": "x"}, "PROXY_PORT"),
+    ({"PROXY_PORT": "70000"}, "PROXY_PORT"),
+    ({"PROXY_UPSTREAM": "vllm:8000"}, "PROXY_UPSTREAM"),
+    ({"PROXY_UPSTREAM": " , "}, "PROXY_UPSTREAM"),
+    ({"PROXY_INPUT_OVERFLOW": "drop"}, "PROXY_INPUT_OVERFLOW"),
+    ({"PROXY_MAX_OUTPUT_TOKENS": "0"}, "PROXY_MAX_OUTPUT_TOKENS"),
+    ({"PROXY_MAX_INPUT_TOKENS": "-5"}, "PROXY_MAX_INPUT_TOKENS"),
+    ({"PROXY_GREEDY": "maybe"}, "PROXY_GREEDY"),
+    ({"PROXY_CACHE": "lru"}, "PROXY_CACHE"),
+    ({"PROXY_CACHE_THRESHOLD": "1.5"}, "PROXY_CACHE_THRESHOLD"),
+])
+def test_invalid_settings_name_the_setting(env, needle):
+    with pytest.raises(SettingsError, match=needle):
+        load_settings(env)
+
+
+def test_flag_errors_name_the_flag():
+    with pytest.raises(SettingsError, match="--max-input-tokens"):
+        parse_cli(["--max-input-tokens", "lots"], {})
+
+
+def test_settings_are_frozen():
+    s = Settings()
+    with pytest.raises(AttributeError):
+        s.port = 1  # type: ignore[misc]

@@ -1,0 +1,56 @@
+import orjson
+
+from proxy.sse import DONE, Accumulator, pieces_of, replay
+
+ANSWER = {"id": "x", "object": "chat.completion", "created": 1, "model": "tiny",
+          "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello big world"},
+                       "logprobs": None, "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}}
+
+
+def parse(events):
+    events = list(events)
+    assert events[-1] == DONE
+    return [orjson.loads(e[6:]) for e in events[:-1]]
+
+
+def test_pieces_rejoin_exactly():
+    for text in ("Hello big world", "  spaced  out ", "one", "\n\nx\n"):
+        assert "".join(pieces_of(text)) == text
+
+
+def test_chat_replay_is_a_valid_stream_that_folds_back():
+    chunks = parse(replay("chat", ANSWER, include_usage=True))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1] == {**chunks[-1], "choices": [], "usage": ANSWER["usage"]}
+    acc = Accumulator("chat")
+    for c in chunks:
+        acc.add(c)
+    done = acc.completion()
+    assert done is not None
+    assert done.body["choices"] == [{**ANSWER["choices"][0]}]
+    assert done.body["usage"] == ANSWER["usage"] and len(done.pieces or ()) == 3
+
+
+def test_completions_replay_without_usage():
+    answer = {"model": "tiny", "choices": [{"index": 0, "text": "a b", "finish_reason": "length"}],
+              "usage": {"completion_tokens": 2}}
+    chunks = parse(replay("completions", answer, include_usage=False))
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "a b"
+    assert not any("usage" in c for c in chunks)
+
+
+def test_accumulator_refuses_incomplete_or_failed_streams():
+    acc = Accumulator("chat")
+    acc.add({"id": "1", "choices": [{"index": 0, "delta": {"content": "hi"},
+                                     "finish_reason": None}]})
+    assert acc.completion() is None  # no finish_reason yet
+    acc.add({"error": {"message": "boom"}})
+    acc.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    assert acc.completion() is None
+    tools = Accumulator("chat")
+    tools.add({"choices": [{"index": 0, "delta": {"tool_calls": [{}]}, "finish_reason": "stop"}]})
+    assert tools.completion() is None

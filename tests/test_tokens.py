@@ -1,0 +1,49 @@
+import httpx
+import pytest
+
+from proxy.balancer import Balancer
+from proxy.metrics import Metrics
+from proxy.tokens import AutoCounter, RemoteCounter, load_local
+from proxy.upstream import Upstream
+
+pytestmark = pytest.mark.vllm
+
+CHATS = [
+    [{"role": "user", "content": "hi"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo wörld 🙂"},
+     {"role": "assistant", "content": "x = 1 * 2"}, {"role": "user", "content": "again?"}],
+    [{"role": "user", "content": [{"type": "text", "text": "parts"}]}],
+]
+TEXTS = ["hi", "the river and the mountain " * 20, "ünïcödé 🙂 {\"json\": true}"]
+
+
+def remote(vllm) -> RemoteCounter:
+    client = httpx.AsyncClient()
+    return RemoteCounter(Upstream(client, Balancer((vllm.url,), 1.0), Metrics()))
+
+
+async def test_local_counts_equal_vllms(vllm):
+    local, far = load_local(str(vllm.model_dir)), remote(vllm)
+    for msgs in CHATS:
+        assert await local.count_chat("tiny", msgs) == await far.count_chat("tiny", msgs)
+    for text in TEXTS:
+        assert await local.count_text("tiny", text) == await far.count_text("tiny", text)
+
+
+async def test_tail_keeps_the_last_tokens(vllm):
+    local, far = load_local(str(vllm.model_dir)), remote(vllm)
+    text = TEXTS[1]
+    for counter in (local, far):
+        cut = await counter.tail("tiny", text, 10)
+        assert text.endswith(cut) and 8 <= await local.count_text("tiny", cut) <= 10
+
+
+async def test_auto_counter_discovers_the_local_tokenizer(vllm, tmp_path):
+    auto = AutoCounter(Upstream(httpx.AsyncClient(), Balancer((vllm.url,), 1.0), Metrics()),
+                       None)
+    await auto.discover(str(tmp_path / "missing"))
+    assert auto.source == "remote" and auto.count_sync() is None
+    await auto.discover(str(vllm.model_dir))
+    assert auto.source == "local"
+    count = auto.count_sync()
+    assert count is not None and count("hi there") == await auto.count_text("tiny", "hi there") == 3
