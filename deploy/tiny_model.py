@@ -46,7 +46,7 @@ class TinyModelSpec:
     num_layers: int = 2
     intermediate_size: int = 512
     vocab_size: int = 4096
-    max_position_embeddings: int = 4096
+    max_position_embeddings: int = 32768  # long enough to keep vLLM busy for tens of seconds
     seed: int = 0
     # Wide init so greedy answers differ by prompt (at 0.02 every answer is one token repeated).
     init_std: float = 0.4

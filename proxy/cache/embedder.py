@@ -2,8 +2,13 @@
 
 Every `embed()` call queues its text; one worker task takes whatever is queued (waiting at
 most `max_wait` for more, up to `max_batch`) and encodes it as one batch in a single worker
-thread. Batches form by themselves under load: while one batch encodes, the next collects.
+thread. Batches form by themselves under load: while one batch encodes, the next collects, so
+the default `max_wait` is 0 (a lone request never waits for company; bench/cache_cost.py).
 Texts longer than the model's window return None (the semantic tier is skipped for them).
+
+Encoding tokenizes once and runs the model's own module pipeline (transformer, pooling,
+normalize) under `torch.inference_mode()`, skipping `SentenceTransformer.encode`'s per-call
+bookkeeping: the same vectors, ~30% less time for one short question.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def default_model_path() -> str:
 
 class Embedder:
     def __init__(self, model: Any, name: str, max_batch: int = 32,
-                 max_wait: float = 0.002) -> None:
+                 max_wait: float = 0.0) -> None:
         self._model = model
         self.name = name
         self.dim = int(model.get_embedding_dimension() if hasattr(
@@ -69,14 +74,22 @@ class Embedder:
 
     def encode(self, texts: list[str]) -> list[Vector | None]:
         """Blocking: normalized float32 vectors; None for a text over the window."""
-        tokenizer = self._model.tokenizer
-        lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
-        keep = [t for t, n in zip(texts, lengths, strict=True) if n <= self.window]
+        import torch
+
+        model = self._model
+        features = model.tokenizer(texts, padding=True, truncation=False,
+                                   return_tensors="pt")
+        lengths = features["attention_mask"].sum(dim=1).tolist()
+        keep = [i for i, n in enumerate(lengths) if n <= self.window]
         if not keep:
             return [None] * len(texts)
-        vectors = iter(np.asarray(self._model.encode(
-            keep, batch_size=len(keep), normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=False), dtype=np.float32))
+        if len(keep) < len(texts):  # drop the long ones, and the padding only they needed
+            width = max(lengths[i] for i in keep)
+            features = {k: v[keep, :width] for k, v in features.items()}
+        with torch.inference_mode():
+            out = model(dict(features))["sentence_embedding"]
+            out = torch.nn.functional.normalize(out.float(), p=2.0, dim=1)
+        vectors = iter(out.numpy().astype(np.float32, copy=False))
         return [next(vectors) if n <= self.window else None for n in lengths]
 
     async def embed(self, text: str) -> Vector | None:

@@ -91,7 +91,7 @@ def vllm_server() -> Iterator[Vllm]:
         yield Vllm(url=reuse.rstrip("/"), model="tiny", model_dir=model_dir, proc=None,
                    port=port)
         return
-    server = start_vllm()
+    server = start_vllm(extra=["max-model-len=32768"])  # the tiny model's whole context
     try:
         yield server
     finally:

@@ -4,6 +4,8 @@ the test can inspect), and the loadtest mock upstream in another thread, made sl
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -18,7 +20,7 @@ import uvicorn
 from loadtest.mock import MockServer, start
 from proxy.app import create_app
 from proxy.settings import Settings
-from tests.support.procs import free_port, wait_http
+from tests.support.procs import REPO, free_port, wait_http
 
 T = TypeVar("T")
 
@@ -57,6 +59,34 @@ class Mock:
         """Open TCP connections into the mock (upstream requests the proxy holds open)."""
         return sum(1 for c in psutil.Process().net_connections("tcp")
                    if c.laddr and c.laddr.port == self.port and c.status == "ESTABLISHED")
+
+
+@dataclass
+class MockProcess:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    def connections(self) -> int:
+        return sum(1 for c in psutil.Process(self.proc.pid).net_connections("tcp")
+                   if c.laddr and c.laddr.port == self.port and c.status == "ESTABLISHED")
+
+
+@contextmanager
+def mock_process(ttft: float = 0.0, itl: float = 0.0) -> Iterator[MockProcess]:
+    """The mock in its own process: what it holds (hung handlers) stays out of the test's heap."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadtest", "mock", "--port", str(port),
+         "--ttft-ms", str(ttft * 1000), "--itl-ms", str(itl * 1000)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/v1/models", 60, proc)
+        yield MockProcess(url, port, proc)
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 @contextmanager
