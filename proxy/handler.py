@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from proxy import clip, openai, policy
 from proxy.admission import Admission
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError
+from proxy.hedge import Hedge
 from proxy.logs import access
 from proxy.metrics import Metrics
 from proxy.receive import ClientGone, KeyRing, read_body, request_id, until_disconnect
@@ -110,17 +112,31 @@ class CompletionHandler:
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
             d.metrics.clipped.labels("output").inc()
+        stream = body.get("stream") is True
+        start: Callable[[], Coroutine[Any, Any, Any]] = (
+            (lambda: self._open(kind, body, trace)) if stream
+            else (lambda: self._fetch(kind, body, trace)))
+        hedge = Hedge(start, self._close if stream else None, d.metrics) \
+            if s.cache_hedge else None
         cache_control = request.headers.get("cache-control", "").lower()
-        result = await d.cache.lookup(CacheRequest(
-            kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control))
+        try:
+            result = await d.cache.lookup(CacheRequest(
+                kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control,
+                hedge))
+        except BaseException:
+            if hedge is not None:
+                await hedge.cancel()
+            raise
         trace.cache = result.status
         headers["X-Cache"] = result.status.upper()
-        stream = body.get("stream") is True
         if result.status == "hit" and result.answer is not None:
+            if hedge is not None:
+                await hedge.cancel()
             return self._replay(kind, result, stream, openai.wants_usage(body), headers, trace)
+        work = hedge.work() if hedge is not None else start()
         if stream:
-            return await self._stream(request, kind, body, result.ticket, headers, trace)
-        return await self._json(request, kind, body, result.ticket, headers, trace)
+            return await self._stream(request, kind, body, result.ticket, headers, trace, work)
+        return await self._json(request, kind, body, result.ticket, headers, trace, work)
 
     def _replay(self, kind: Kind, result: CacheResult, stream: bool, usage: bool,
                 headers: dict[str, str], trace: Trace) -> Response:
@@ -134,17 +150,32 @@ class CompletionHandler:
         events = replay_stream(replay(kind, result.answer, usage))
         return RelayResponse(events, self._closer(trace, None), headers=_sse(headers))
 
-    async def _json(self, request: Request, kind: Kind, body: dict[str, Any],
-                    ticket: object | None, headers: dict[str, str], trace: Trace) -> Response:
+    async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace) -> bytes:
+        async with self.d.admission.slot():
+            return await self.d.upstream.fetch("POST", PATHS[kind], orjson.dumps(body),
+                                               _upstream_headers(trace))
+
+    async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace) -> UpstreamStream:
         d = self.d
+        await d.admission.acquire()
+        try:
+            return await d.upstream.open("POST", PATHS[kind],
+                                         orjson.dumps(policy.with_usage(body)),
+                                         _upstream_headers(trace))
+        except BaseException:
+            d.admission.release()
+            raise
 
-        async def work() -> bytes:
-            async with d.admission.slot():
-                return await d.upstream.fetch("POST", PATHS[kind], orjson.dumps(body),
-                                              _upstream_headers(trace))
+    async def _close(self, upstream: UpstreamStream) -> None:
+        self.d.admission.release()
+        await upstream.aclose()
 
+    async def _json(self, request: Request, kind: Kind, body: dict[str, Any],
+                    ticket: object | None, headers: dict[str, str], trace: Trace,
+                    work: Awaitable[bytes]) -> Response:
+        d = self.d
         try:  # a client that leaves while queued for a slot leaves the queue too
-            content = await until_disconnect(request, work())
+            content = await until_disconnect(request, work)
             answer = _json_answer(content)
         except BaseException:
             if ticket is not None:
@@ -160,21 +191,11 @@ class CompletionHandler:
             content, headers=headers, media_type=openai.JSON, background=task)
 
     async def _stream(self, request: Request, kind: Kind, body: dict[str, Any],
-                      ticket: object | None, headers: dict[str, str], trace: Trace) -> Response:
+                      ticket: object | None, headers: dict[str, str], trace: Trace,
+                      work: Awaitable[UpstreamStream]) -> Response:
         d = self.d
-
-        async def begin() -> UpstreamStream:
-            await d.admission.acquire()
-            try:
-                return await d.upstream.open("POST", PATHS[kind],
-                                             orjson.dumps(policy.with_usage(body)),
-                                             _upstream_headers(trace))
-            except BaseException:
-                d.admission.release()
-                raise
-
         try:  # the client may leave while queued, or before the upstream's headers come
-            upstream = await until_disconnect(request, begin())
+            upstream = await until_disconnect(request, work)
         except BaseException:
             if ticket is not None:
                 await d.cache.abandon(ticket)
@@ -185,8 +206,7 @@ class CompletionHandler:
         chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
 
         async def close() -> None:
-            d.admission.release()
-            await upstream.aclose()
+            await self._close(upstream)
             if outcome.first_byte is not None:
                 d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
             if outcome.usage:

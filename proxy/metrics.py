@@ -29,6 +29,9 @@ class Metrics:
                              registry=r)
         self.rejected = Counter("proxy_admission_rejected", "Requests refused with 429",
                                 registry=r)
+        self.hedged = Counter("proxy_cache_hedged",
+                              "Upstream calls started while the semantic tier searched: used "
+                              "(a miss) or cancelled (a hit)", ["outcome"], registry=r)
         self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
                                  ["upstream"], registry=r)
 

@@ -40,6 +40,7 @@ class Settings:
     cache_threshold: float = 0.80  # cosine floor; the verifier does the rest (README: measured)
     cache_ttl: float = 3600.0
     cache_max_entries: int = 10000
+    cache_hedge: bool = True  # start the upstream call while the semantic tier searches
     redis_url: str | None = None
     admin_key: str | None = None
 
@@ -109,6 +110,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "cache_threshold": ("PROXY_CACHE_THRESHOLD", _float, "semantic similarity threshold"),
     "cache_ttl": ("PROXY_CACHE_TTL", _float, "cache entry lifetime (s)"),
     "cache_max_entries": ("PROXY_CACHE_MAX_ENTRIES", _int, "cache size"),
+    "cache_hedge": ("PROXY_CACHE_HEDGE", _onoff,
+                    "start the upstream call while the semantic tier searches: on | off"),
     "redis_url": ("PROXY_REDIS_URL", _opt_str, "Redis for the cache (unset: memory)"),
     "admin_key": ("PROXY_ADMIN_KEY", _opt_str, "key for the cache admin endpoints"),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -17,6 +18,9 @@ class CacheRequest:
     tenant: str  # the API key's identity ("" when the proxy is open)
     no_cache: bool  # request Cache-Control: no-cache (do not answer from the cache)
     no_store: bool  # request Cache-Control: no-store (do not store the answer)
+    # Called (at most once) when the exact tier missed and the semantic search begins: the
+    # handler starts the upstream call then, so a miss does not wait for the embedding.
+    hedge: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

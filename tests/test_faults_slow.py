@@ -16,8 +16,14 @@ import psutil
 from proxy import receive
 from proxy.settings import Settings
 from tests.support.procs import ensure_tiny_model
-from tests.support.reliability import (Mock, MockProcess, mock_process, mock_upstream,
-                                      served_proxy, wait_for)
+from tests.support.reliability import (
+    Mock,
+    MockProcess,
+    mock_process,
+    mock_upstream,
+    served_proxy,
+    wait_for,
+)
 
 CHAT = "/v1/chat/completions"
 

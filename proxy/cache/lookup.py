@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,12 +66,26 @@ class SemanticCache:
         if req.no_cache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
         flight = f"{keys.exact}:{keys.max_tokens}"
+        # Hedge only a would-be leader: a follower waits for the leader's answer instead.
+        hedged: list[bool] = []
+        hook: Callable[[], None] | None = None
+        if req.hedge is not None and flight not in self._flights.waiting:
+            start = req.hedge
+
+            def hook() -> None:
+                hedged.append(True)
+                start()
         try:
             for _ in range(3):
-                hit, vector = await self._find(keys)
+                hit, vector = await self._find(keys, hook)
                 if hit is not None:
                     return hit
+                hook = None
                 waiting = self._flights.waiting.get(flight)
+                if waiting is not None and hedged:
+                    # a leader appeared while this one searched, and this one's upstream call
+                    # is already under way: go on with it rather than wait
+                    return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
                 if waiting is None:
                     self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
                     return CacheResult(status="miss",
@@ -85,7 +100,8 @@ class SemanticCache:
             return BYPASS
         return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
 
-    async def _find(self, keys: RequestKeys) -> tuple[CacheResult | None, Vector | None]:
+    async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None
+                    ) -> tuple[CacheResult | None, Vector | None]:
         entry = await self.db.get_exact(keys.exact)
         if entry is not None and entry.partition == keys.partition:
             answer = serve(entry, keys.max_tokens, self.count)
@@ -93,6 +109,8 @@ class SemanticCache:
                 return CacheResult("hit", "exact", 1.0, answer), None
         if self.cfg.mode != "semantic" or self.embedder is None or keys.text is None:
             return None, None
+        if hedge is not None:
+            hedge()
         started = time.perf_counter()
         vector = await self.embedder.embed(keys.text)
         self.metrics.embed_seconds.observe(time.perf_counter() - started)

@@ -1,0 +1,117 @@
+"""Hedged upstream calls: started when the semantic search begins, used on a miss, cancelled
+(and their slot freed) on a hit; PROXY_CACHE_HEDGE=off never starts one."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from proxy.hedge import Hedge
+from proxy.metrics import Metrics
+from proxy.settings import Settings
+from tests.support.fake_upstream import FakeVllm
+from tests.support.proxy_app import proxy_client
+
+UP = "http://vllm:8000"
+
+
+def counted(m: Metrics, outcome: str) -> float:
+    return m.hedged.labels(outcome)._value.get()  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_work_without_the_hook_is_a_fresh_call():
+    m, calls = Metrics(), []
+
+    async def start() -> int:
+        calls.append(1)
+        return 7
+
+    hedge = Hedge(start, None, m)
+    assert await hedge.work() == 7 and calls == [1]
+    await hedge.cancel()  # nothing was hedged: nothing to cancel
+    assert counted(m, "used") == counted(m, "cancelled") == 0
+
+
+async def test_hooked_call_starts_once_and_is_the_one_used():
+    m, calls = Metrics(), []
+
+    async def start() -> int:
+        calls.append(1)
+        await asyncio.sleep(0.01)
+        return 7
+
+    hedge = Hedge(start, None, m)
+    hedge()
+    hedge()  # the cache calls it at most once; twice still starts one call
+    await asyncio.sleep(0)
+    assert calls == [1]
+    assert await hedge.work() == 7 and calls == [1] and counted(m, "used") == 1
+
+
+async def test_cancel_stops_a_running_call_and_closes_a_finished_one():
+    m, closed = Metrics(), []
+    started = asyncio.Event()
+
+    async def forever() -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    async def close(value: str) -> None:
+        closed.append(value)
+
+    running = Hedge(forever, close, m)
+    running()
+    await started.wait()
+    await asyncio.wait_for(running.cancel(), 5)
+    assert closed == []
+
+    async def quick() -> str:
+        return "stream"
+
+    finished = Hedge(quick, close, m)
+    finished()
+    await asyncio.sleep(0.01)
+    await finished.cancel()
+    assert closed == ["stream"] and counted(m, "cancelled") == 2
+
+
+def ask(text: str, **kw: Any) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 8,
+            **kw}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_semantic_hit_cancels_the_hedged_call_and_a_miss_uses_it(stream: bool):
+    fake = FakeVllm(gate=asyncio.Event())
+    fake.gate.set()  # type: ignore[union-attr]
+    s = Settings(upstreams=(UP,), cache="semantic", tokenizer=None)
+    async with proxy_client(s, transport=fake.transport) as c:
+        metrics = c.app.state.deps.metrics  # type: ignore[attr-defined]
+        miss = await c.post("/v1/chat/completions",
+                            json=ask("How do I reverse a list in Python?", stream=stream))
+        assert miss.status_code == 200 and miss.headers["X-Cache"] == "MISS"
+        assert len(fake.completions()) == 1 and counted(metrics, "used") == 1
+        fake.gate.clear()  # type: ignore[union-attr]  # vLLM now holds every request
+        hit = await asyncio.wait_for(c.post(
+            "/v1/chat/completions",
+            json=ask("What's the way to reverse a Python list?", stream=stream)), 30)
+        assert hit.headers["X-Cache"] == "HIT" and hit.headers["X-Cache-Tier"] == "semantic"
+        assert len(fake.completions()) == 2  # the hedged call went out ...
+        assert counted(metrics, "cancelled") == 1  # ... and was cancelled, vLLM still holding it
+        assert metrics.inflight._value.get() == 0  # its admission slot is free again
+        assert "w0" in hit.text
+
+
+async def test_hedge_off_waits_for_the_lookup():
+    fake = FakeVllm()
+    s = Settings(upstreams=(UP,), cache="semantic", cache_hedge=False)
+    async with proxy_client(s, transport=fake.transport) as c:
+        await c.post("/v1/chat/completions", json=ask("How do I reverse a list in Python?"))
+        hit = await c.post("/v1/chat/completions",
+                           json=ask("What's the way to reverse a Python list?"))
+        assert hit.headers["X-Cache"] == "HIT" and len(fake.completions()) == 1
+        text = (await c.get("/metrics")).text
+        assert 'proxy_cache_hedged_total{outcome="used"}' not in text
