@@ -113,9 +113,12 @@ def cache_plots(doc: dict[str, Any], out: Path) -> list[str]:
         fig, axes = plt.subplots(1, 2, figsize=(12, 4))
         if em:
             cs = [1, 8, 32]
-            for label, color in (("on", "#1f77b4"), ("off", "#999999")):
+            for label, color in (("on", "#1f77b4"), ("on_wait2ms", "#ff7f0e"),
+                                 ("off", "#999999")):
+                if f"batching_{label}_c1" not in em:
+                    continue
                 axes[0].plot(cs, [em[f"batching_{label}_c{c}"]["per_s"] for c in cs], "-o",
-                             color=color, label=f"micro-batching {label}")
+                             color=color, label=f"micro-batching {label.replace('_', ', ')}")
             axes[0].set_xscale("log", base=2)
             axes[0].set_xticks(cs)
             axes[0].set_xticklabels([str(c) for c in cs])
