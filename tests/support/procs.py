@@ -141,3 +141,28 @@ def redis_server() -> Iterator[Redis]:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def proxy_process(**env: str) -> Iterator[str]:
+    """`python -m proxy serve` in its own process (PROXY_* settings as keyword arguments, e.g.
+    upstream=..., cache="exact"): the client under test keeps its own GIL and loop."""
+    port = free_port()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
+    full.update({f"PROXY_{k.upper()}": v for k, v in env.items()})
+    full["PROXY_PORT"] = str(port)
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"proxy-{port}.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=full, cwd=REPO,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", 120, proc)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
