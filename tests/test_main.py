@@ -10,12 +10,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.procs import REPO, free_port, wait_http
+from tests.support.procs import REPO, free_port, proxy_process, wait_http
 
 MSG = [{"role": "user", "content": "write about the river and the mountain"}]
 
@@ -32,19 +31,8 @@ def test_invalid_settings_fail_at_start_with_a_clear_message():
 
 @pytest.fixture(scope="module")
 def proxy(vllm) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "PROXY_UPSTREAM": vllm.url, "PROXY_PORT": str(port),
-           "PROXY_CACHE": "off", "PROXY_MAX_OUTPUT_TOKENS": "30000"}
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"proxy-{port}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env, cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/health", 120, proc)
+    with proxy_process(upstream=vllm.url, cache="off", max_output_tokens="30000") as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
 
 
 def vllm_metric(vllm, name: str, **labels: str) -> float:

@@ -51,7 +51,7 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
     cfg = CacheConfig.from_settings(None)
     cfg = replace(cfg, mode="semantic", redis_url=None, snapshot=None, shared=False,
                   threshold=threshold if threshold is not None else cfg.threshold)
-    embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads)
+    embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
     try:
         results = await asyncio.gather(*(_pair(cfg, embedder, p["a"], p["b"]) for p in pairs))
     finally:
