@@ -62,10 +62,11 @@ async def through_proxy(quick: bool) -> dict[str, Any]:
     rng = random.Random(11)
     fresh = [chat(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20))) + f" {i}?")
              for i in range(60 if quick else 600)]
+    warm = [chat("warm up " + w) for w in WORDS[:50]]
     with procs.mock(0, 0, "1", "mock-cache") as m:
         with procs.ours(m.url, "0", {"PROXY_CACHE": "semantic"}, name="ours-hits") as p:
             url = p.url + "/v1/chat/completions"
-            await lean.run(url, [chat("warm up " + w) for w in WORDS[:50]], 4, n=50)
+            await lean.run(url, warm, 4, n=len(warm))
             await lean.run(url, stored, 1, n=len(stored))  # misses: stored
             await asyncio.sleep(1.0)  # background stores finish
             for c in (1, 4, 16):
@@ -86,7 +87,7 @@ async def through_proxy(quick: bool) -> dict[str, Any]:
             for mode, env in modes:
                 with procs.ours(m.url, "0", env, name=f"ours-{mode}") as p:
                     url = p.url + "/v1/chat/completions"
-                    await lean.run(url, [chat("warm up " + w) for w in WORDS[:50]], 4, n=50)
+                    await lean.run(url, warm, 4, n=len(warm))
                     r = await lean.run_rate(url, fresh, 50.0, len(fresh))
                     key = f"miss_50rps_ttft{ttft}_cache_{mode}"
                     out[key] = summarize(r, None)

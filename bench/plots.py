@@ -124,7 +124,8 @@ def cache_plots(doc: dict[str, Any], out: Path) -> list[str]:
             axes[0].set_xticklabels([str(c) for c in cs])
             axes[0].set_xlabel("concurrent callers")
             axes[0].set_ylabel("embeddings/s")
-            axes[0].set_title("Embedder throughput (MiniLM-L6 on ONNX Runtime, 1 thread)", fontsize=10)
+            axes[0].set_title("Embedder throughput (MiniLM-L6 on ONNX Runtime, 1 thread)",
+                              fontsize=10)
             axes[0].legend(fontsize=8)
             axes[0].grid(alpha=0.3)
         if ix:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("off", "exact", "semantic")
+EMBED_BACKENDS = ("onnx", "torch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class CacheConfig:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
         if not 0.0 < cfg.threshold <= 1.0:
             raise ValueError("PROXY_CACHE_THRESHOLD must be in (0, 1]")
-        if cfg.embed_backend not in ("onnx", "torch"):
+        if cfg.embed_backend not in EMBED_BACKENDS:
             raise ValueError("PROXY_CACHE_EMBED_BACKEND must be onnx or torch")
         if cfg.max_entries < 1:
             raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from proxy.cache.config import EMBED_BACKENDS
 from proxy.cache.onnx import OnnxEncoder
 
 Vector = npt.NDArray[np.float32]
-BACKENDS = ("onnx", "torch")
 log = logging.getLogger("proxy.cache")
 
 
@@ -65,8 +65,8 @@ class Embedder:
         little from more, and oversubscribed cores (vLLM, tokenizer threads) made a single
         embedding 8x slower on a 2-core host (measured: ~680 ms vs ~85 ms).
         """
-        if backend not in BACKENDS:
-            raise ValueError(f"PROXY_CACHE_EMBED_BACKEND must be one of {BACKENDS}")
+        if backend not in EMBED_BACKENDS:
+            raise ValueError(f"PROXY_CACHE_EMBED_BACKEND must be one of {EMBED_BACKENDS}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         path = model_name or default_model_path()
         n = threads or max(1, min(4, (os.cpu_count() or 2) // 2))

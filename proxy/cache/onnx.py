@@ -8,14 +8,11 @@ pooling [-> normalize] stay on torch.
 from __future__ import annotations
 
 import io
-import logging
 import warnings
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
-log = logging.getLogger("proxy.cache")
 
 
 def _pooling(model: Any) -> str | None:

@@ -49,6 +49,12 @@ class LoopThread:
         self.thread.join(10)
 
 
+def established(process: psutil.Process, port: int) -> int:
+    """TCP connections into `port` that `process` holds open."""
+    return sum(1 for c in process.net_connections("tcp")
+               if c.laddr and c.laddr.port == port and c.status == "ESTABLISHED")
+
+
 @dataclass
 class Mock:
     url: str
@@ -57,8 +63,7 @@ class Mock:
 
     def connections(self) -> int:
         """Open TCP connections into the mock (upstream requests the proxy holds open)."""
-        return sum(1 for c in psutil.Process().net_connections("tcp")
-                   if c.laddr and c.laddr.port == self.port and c.status == "ESTABLISHED")
+        return established(psutil.Process(), self.port)
 
 
 @dataclass
@@ -68,8 +73,7 @@ class MockProcess:
     proc: subprocess.Popen[bytes]
 
     def connections(self) -> int:
-        return sum(1 for c in psutil.Process(self.proc.pid).net_connections("tcp")
-                   if c.laddr and c.laddr.port == self.port and c.status == "ESTABLISHED")
+        return established(psutil.Process(self.proc.pid), self.port)
 
 
 @contextmanager
