@@ -1,5 +1,5 @@
 # The two commands a newcomer needs:  make run   and   make test
-.PHONY: setup run test lint typecheck bench
+.PHONY: setup run test test-slow lint typecheck bench
 
 setup:
 	bash scripts/setup.sh
@@ -9,7 +9,11 @@ run: setup
 	.venv/bin/python -m deploy local
 
 test: setup
-	.venv/bin/python -m pytest -q -ra
+	.venv/bin/python -m pytest -q -ra -m 'not slow'
+
+# Long property, soak, attack and two-replica runs (not in CI): see docs/reliability.md.
+test-slow: setup
+	.venv/bin/python -m pytest -q -ra -m slow
 
 lint: setup
 	.venv/bin/ruff check proxy loadtest deploy tests
