@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,14 +26,10 @@ from typing import Any
 
 import httpx
 
+from deploy.net import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "tests" / "data" / "cache_pairs.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pct(values: list[float], q: float) -> float:

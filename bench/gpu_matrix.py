@@ -23,7 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.procs import spawn, stop_group, wait_http
+from bench.procs import spawn, stop_group
+from deploy.net import wait_http
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

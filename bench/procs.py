@@ -5,23 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from deploy.net import free_port, wait_http
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / ".bench"
 PY = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pin(cores: str | None) -> list[str]:
@@ -35,23 +27,6 @@ def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subpr
     return subprocess.Popen(cmd, cwd=REPO, stdout=open(log, "ab"),  # noqa: SIM115
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, **(env or {})})
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes],
-              interval: float = 0.3) -> None:
-    """Until url answers 200; RuntimeError if proc exits first, TimeoutError after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited ({proc.returncode}) before {url} answered")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} did not answer within {timeout}s")
-        time.sleep(interval)
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import lean, procs
 from bench.overhead import PHASES, bodies
+from deploy.net import free_port
 
 
 def summarize(raw: Path, top: int = 30) -> None:
@@ -52,7 +53,7 @@ def main() -> None:
     out = procs.WORK / f"profile-{a.mode}.raw"
     env = dict(kv.split("=", 1) for kv in a.env)
     with procs.mock(phase["ttft_ms"], phase["itl_ms"], "1") as m:
-        port = procs.free_port()
+        port = free_port()
         base = {"PROXY_UPSTREAM": m.url, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
                 "PROXY_TOKENIZER": str(procs.REPO / ".models" / "tiny"),
                 "PROXY_MAX_INFLIGHT": "1024", "HF_HUB_OFFLINE": "1", **env}

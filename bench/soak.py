@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.procs import PY, free_port, spawn, stop_group, wait_http
+from bench.procs import PY, spawn, stop_group
+from deploy.net import free_port, wait_http
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN = "soak-admin-key"

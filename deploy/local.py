@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+
+from deploy.net import free_port, port_free
 
 SPINNER = "|/-\\"
 
@@ -51,22 +52,6 @@ def spawn(name: str, cmd: list[str], log: Path | None) -> Child:
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     return Child(name, proc, log)
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tail(path: Path | None, lines: int = 30) -> str:

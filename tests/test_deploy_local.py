@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.local import port_free
+from deploy.net import port_free
 from tests.support.procs import REPO, free_port
 
 FAKE = """

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import statistics
-import time
 from typing import Any
 
 import httpx
@@ -98,30 +96,6 @@ def test_every_key_is_compared_as_a_fixed_length_digest_by_construction(monkeypa
         assert (identity is not None) == (token in KEYS)
 
 
-def test_valid_and_invalid_keys_take_the_same_time_statistically():
-    """Interleaved runs, medians of many samples: wrong keys that share a long prefix (and the
-    length) with a real key cost the same as ones that share nothing, so timing cannot guide a
-    byte-by-byte search. (A valid key is answered 200, so its own timing tells nothing new.)"""
-    ring = KeyRing(KEYS)
-    reqs = {"near": _Req(f"Bearer {KEYS[2][:-1]}?"), "prefix": _Req(f"Bearer {KEYS[2][:30]}"),
-            "other": _Req("Bearer " + "q" * len(KEYS[2])), "short": _Req("Bearer q"),
-            "long": _Req("Bearer " + "q" * 4096)}
-    samples: dict[str, list[float]] = {k: [] for k in reqs}
-    for _ in range(3000):
-        for name, req in reqs.items():
-            t = time.perf_counter_ns()
-            try:
-                ring.tenant(req)  # type: ignore[arg-type]
-            except receive.Unauthorized:
-                pass
-            samples[name].append(time.perf_counter_ns() - t)
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    for name in ("prefix", "other", "short"):
-        assert med[name] < 1.5 * med["near"] and med["near"] < 1.5 * med[name], med
-    # hashing 4 KiB is the only extra work a long token buys, and it reveals nothing secret
-    assert med["long"] < 10 * med["near"], med
-
-
 # --- admin endpoints --------------------------------------------------------------------------
 
 ADMIN_PATHS = (("GET", "/admin/cache/stats"), ("POST", "/admin/cache/flush"),
@@ -144,8 +118,8 @@ async def test_admin_endpoints_need_the_admin_key_not_an_api_key():
     async with proxy_client(settings(api_keys=KEYS, cache="exact", admin_key=admin),
                             transport=fake.transport) as c:
         await c.post(CHAT, json=chat("hello"), headers=bearer(KEYS[0]))
-        if (await c.get("/admin/cache/stats", headers=bearer(admin))).status_code == 404:
-            pytest.skip("no admin routes served yet")
+        # the admin routes exist: losing them must fail here, not skip
+        assert (await c.get("/admin/cache/stats", headers=bearer(admin))).status_code == 200
         for method, path in ADMIN_PATHS:
             for headers in ({}, bearer(KEYS[0]), bearer(admin[:-1]), bearer(admin + "s"),
                             {"authorization": admin}, {"x-admin-key": admin}):
@@ -265,8 +239,9 @@ def test_redis_credentials_and_tls_are_settable():
     s = load_settings({"PROXY_REDIS_URL": url, "PROXY_UPSTREAM": UP})
     assert s.redis_url == url
     assert CacheConfig.from_settings(s).redis_url == url
-    redis_store = pytest.importorskip("proxy.cache.redis_store")
     from redis.asyncio.connection import SSLConnection
+
+    from proxy.cache import redis_store
 
     store = redis_store.RedisStore(url, 10, None)
     pool = store._r.connection_pool
@@ -280,7 +255,6 @@ def test_redis_credentials_and_tls_are_settable():
 
 
 async def test_redis_password_is_not_logged_when_redis_is_unreachable(caplog):
-    pytest.importorskip("proxy.cache.redis_store")
     caplog.set_level(logging.DEBUG)
     fake = FakeVllm()
     url = "redis://admin:hunter2-pw@127.0.0.1:1/0"
