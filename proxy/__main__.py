@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
                                   http="httptools", log_config=None, access_log=False,
                                   lifespan="on", timeout_graceful_shutdown=10)
     if settings.workers == 1:
-        uvicorn.run(create_app(settings), **common)
+        uvicorn.run(create_app(settings, freeze_gc=True), **common)
         return 0
     if settings.cache != "off" and not settings.redis_url:
         print(f"note: {settings.workers} workers each keep their own cache; set PROXY_REDIS_URL "

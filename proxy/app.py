@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,14 +23,14 @@ from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
 from proxy.settings import Settings
 from proxy.tokens import AutoCounter, TokenCounter
-from proxy.types import AnswerCache
+from proxy.types import AnswerCache, TextCounter
 from proxy.upstream import Upstream, make_client
 
 log = logging.getLogger("proxy.app")
 
 
 async def build_cache(settings: Settings, metrics: Metrics,
-                      count: Callable[[str], int] | None) -> AnswerCache:
+                      count: TextCounter | None) -> AnswerCache:
     """THE place where the answer cache is built (proxy/cache/ provides open_cache)."""
     if settings.cache == "off":
         return NullCache()
@@ -47,12 +47,13 @@ def app_from_env() -> Starlette:
 
     settings = load_settings()
     setup_logging(settings.log_level)
-    return create_app(settings)
+    return create_app(settings, freeze_gc=True)
 
 
 def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
-               counter: TokenCounter | None = None) -> Starlette:
-    """transport and counter are for tests (an httpx MockTransport, a fake tokenizer)."""
+               counter: TokenCounter | None = None, freeze_gc: bool = False) -> Starlette:
+    """transport and counter are for tests (an httpx MockTransport, a fake tokenizer);
+    freeze_gc is for the server process (python -m proxy serve), never for apps in tests."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -60,7 +61,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         client = make_client(settings, transport)
         balancer = Balancer(settings.upstreams, settings.upstream_backoff)
         upstream = Upstream(client, balancer, metrics)
-        auto = AutoCounter(upstream, settings.tokenizer)
+        auto = AutoCounter(upstream.fetch, settings.tokenizer)
         catalog = Catalog(upstream, on_models=auto.on_models if counter is None else None)
         try:
             await auto.start()
@@ -85,9 +86,11 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             # mid-request (seen: ~1 s on a busy box): load it here, before any client waits.
             anyio.lowlevel.current_token()
             # transformers/torch leave ~440k objects; a full collection scanning them stalled
-            # the event loop ~400 ms (streaming p99 1.4 s). Freeze what startup made.
-            gc.collect()
-            gc.freeze()
+            # the event loop ~400 ms (streaming p99 1.4 s). The server freezes what startup
+            # made (a process-wide act: only where the process is the proxy's own).
+            if freeze_gc:
+                gc.collect()
+                gc.freeze()
             try:
                 yield
             finally:

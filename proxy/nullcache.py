@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.types import CacheRequest, CacheResult, Completion
-
-BYPASS = CacheResult(status="bypass")
+from proxy.types import BYPASS, CacheRequest, CacheResult, Completion
 
 
 class NullCache:

@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from proxy.errors import BadRequest, ProxyError, UpstreamHTTPError
-from proxy.upstream import Upstream
+from proxy.types import TextCounter
 
 log = logging.getLogger("proxy.tokens")
 T = TypeVar("T")
 INLINE_CHARS = 4096  # inputs larger than this are tokenized off the event loop
 
 Messages = list[dict[str, Any]]
+
+
+class Fetch(Protocol):
+    """Upstream.fetch's shape: a whole answer from the upstream (the counter knows no client)."""
+
+    async def __call__(self, method: str, path: str, content: bytes | None = None,
+                       headers: Mapping[str, str] | None = None) -> bytes: ...
 
 
 class TokenCounter(Protocol):
@@ -83,13 +90,13 @@ class LocalCounter:
 class RemoteCounter:
     """vLLM's POST /tokenize and /detokenize, when no tokenizer is available here."""
 
-    def __init__(self, upstream: Upstream) -> None:
-        self.upstream = upstream
+    def __init__(self, fetch: Fetch) -> None:
+        self.fetch = fetch
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            content = await self.upstream.fetch("POST", path, orjson.dumps(body),
-                                                {"content-type": "application/json"})
+            content = await self.fetch("POST", path, orjson.dumps(body),
+                                       {"content-type": "application/json"})
         except UpstreamHTTPError as exc:
             raise BadRequest(f"vLLM could not tokenize the input: "
                              f"{exc.content.decode('utf-8', 'replace')[:500]}") from None
@@ -139,8 +146,8 @@ class AutoCounter:
     """PROXY_TOKENIZER if set (it must load); else the model path vLLM reports, if it exists
     here (tried once, when first known); else vLLM's /tokenize."""
 
-    def __init__(self, upstream: Upstream, configured: str | None) -> None:
-        self.remote = RemoteCounter(upstream)
+    def __init__(self, fetch: Fetch, configured: str | None) -> None:
+        self.remote = RemoteCounter(fetch)
         self.local: LocalCounter | None = None
         self.configured = configured
         self.tried: set[str] = set()
@@ -171,7 +178,7 @@ class AutoCounter:
             await self.discover(getattr(info, "root", None))
             return
 
-    def count_sync(self) -> Callable[[str], int] | None:
+    def count_sync(self) -> TextCounter | None:
         """Plain text -> tokens (no special tokens), when a local tokenizer is loaded."""
         if self.local is None:
             return None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 Kind = Literal["chat", "completions"]
+TextCounter = Callable[[str], int]  # text -> tokens, synchronous (the served model's tokenizer)
 CacheStatus = Literal["hit", "miss", "bypass"]
 CacheTier = Literal["exact", "semantic"]
 
@@ -46,3 +47,6 @@ class AnswerCache(Protocol):
     async def abandon(self, ticket: object) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+BYPASS = CacheResult(status="bypass")

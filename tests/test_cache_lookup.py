@@ -128,10 +128,12 @@ async def test_single_flight(cache: SemanticCache, registry: CollectorRegistry) 
     assert all(r.status == "hit" for r in results)
 
 
-async def test_single_flight_abandon_promotes_one_waiter(cache: SemanticCache) -> None:
+async def test_single_flight_abandon_promotes_one_waiter(cache: SemanticCache,
+                                                         registry: CollectorRegistry) -> None:
     first = await cache.lookup(chat("What is a leader?"))
     waiters = [asyncio.create_task(cache.lookup(chat("What is a leader?"))) for _ in range(3)]
-    await asyncio.sleep(0.2)
+    while metric(registry, "proxy_cache_single_flight_waits_total") < 3:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
     await cache.abandon(first.ticket)
     done, pending = await asyncio.wait(waiters, timeout=5)
     assert len(done) == 1 and next(iter(done)).result().status == "miss"

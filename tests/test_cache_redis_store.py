@@ -61,7 +61,7 @@ async def test_size_bound_evicts_least_recently_used(redis: Redis) -> None:
         await s.put(entry("d"))
         assert evicted == [1]
         assert await s.get_exact("b") is None and await s.get_exact("a") is not None
-        assert await s.count() == 3 and 2 in s.removed
+        assert await s.count() == 3 and 2 in s.take_removed()
     finally:
         await s.aclose()
 

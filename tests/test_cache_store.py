@@ -23,7 +23,7 @@ async def test_put_get_and_lru_bound() -> None:
     await store.put(entry("c"))
     assert await store.get_exact("b") is None and evicted == [b.id]
     assert [e is not None for e in await store.get_many([a.id, b.id])] == [True, False]
-    assert b.id in store.removed and await store.count() == 2
+    assert b.id in store.take_removed() and await store.count() == 2
 
 
 async def test_ttl_expires_on_read() -> None:

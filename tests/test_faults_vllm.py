@@ -47,6 +47,13 @@ def finished(vllm: Vllm, reason: str) -> float:
     return 0.0
 
 
+def ended(vllm: Vllm) -> float:
+    """Requests vLLM has counted as finished, for any reason (abort included)."""
+    text = httpx.get(vllm.url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total"))
+
+
 def generated(vllm: Vllm) -> float:
     text = httpx.get(vllm.url + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -116,9 +123,12 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
         # 1. healthy, and disconnects in every phase free vLLM's slot
         ok = c.post("/v1/chat/completions", json={**LONG, "max_tokens": 8})
         assert ok.status_code == 200 and ok.headers["x-cache"] == "MISS"
+        sent = 1
         for stream in (False, True):
-            time.sleep(1.5)  # let the counters take in what finished before
-            lengths = finished(vllm, "length")
+            # vLLM's counters are published by its engine loop, not at once: wait until they
+            # count every request sent so far
+            wait_for(lambda n=sent: ended(vllm) >= n, "vLLM counted the earlier requests", 180)
+            lengths, aborts = finished(vllm, "length"), finished(vllm, "abort")
             tokens = generated(vllm)
             body = {**LONG, "stream": stream,
                     "messages": [{"role": "user", "content": f"disconnect {stream}"}]}
@@ -137,8 +147,9 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
             # This VM can freeze processes for seconds (seen: a 0.5 s read timeout firing after
             # 4.7 s, a freed slot after 50 s), so the deadline is generous; what proves the
             # abort is that vLLM never finished the 30000-token answer.
+            sent += 1
             wait_for(lambda: running(vllm) == 0, "vLLM freed the disconnected request", 180)
-            time.sleep(1.5)  # vLLM's counters are published by its engine loop, not at once
+            wait_for(lambda a=aborts: finished(vllm, "abort") > a, "vLLM counted the abort", 180)
             made = generated(vllm) - tokens
             assert finished(vllm, "length") == lengths, (stream, made)  # aborted, not run out
             assert made < LONG["max_tokens"], (stream, made)

@@ -19,7 +19,7 @@ TEXTS = ["hi", "the river and the mountain " * 20, "ünïcödé 🙂 {\"json\": 
 
 def remote(vllm) -> RemoteCounter:
     client = httpx.AsyncClient()
-    return RemoteCounter(Upstream(client, Balancer((vllm.url,), 1.0), Metrics()))
+    return RemoteCounter(Upstream(client, Balancer((vllm.url,), 1.0), Metrics()).fetch)
 
 
 async def test_local_counts_equal_vllms(vllm):
@@ -39,7 +39,7 @@ async def test_tail_keeps_the_last_tokens(vllm):
 
 
 async def test_auto_counter_discovers_the_local_tokenizer(vllm, tmp_path):
-    auto = AutoCounter(Upstream(httpx.AsyncClient(), Balancer((vllm.url,), 1.0), Metrics()),
+    auto = AutoCounter(Upstream(httpx.AsyncClient(), Balancer((vllm.url,), 1.0), Metrics()).fetch,
                        None)
     await auto.discover(str(tmp_path / "missing"))
     assert auto.source == "remote" and auto.count_sync() is None

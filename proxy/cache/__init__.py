@@ -1,26 +1,27 @@
 """The answer cache: exact + semantic tiers with a near-miss verifier (knows no HTTP).
 
-`open_cache()` builds it from the app's settings in the app's lifespan; nothing loads at import.
+`open_cache()` builds it from the app's settings in the app's lifespan; nothing loads at import:
+importing this package (or a light module of it, such as `store`) pulls in no faiss, numpy or
+torch, so a proxy with `PROXY_CACHE=off` runs on a host without them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
-from proxy.cache.config import CacheConfig
-from proxy.cache.embedder import Embedder
-from proxy.cache.entry import TokenCounter
-from proxy.cache.lookup import SemanticCache
-from proxy.cache.metrics import CacheMetrics
-from proxy.cache.store import MemoryStore, Store
+    from proxy.cache.config import CacheConfig
+    from proxy.cache.embedder import Embedder
+    from proxy.cache.lookup import SemanticCache
+    from proxy.types import TextCounter
 
-__all__ = ["CacheConfig", "SemanticCache", "open_cache"]
+__all__ = ["open_cache"]
 
 
 async def open_cache(settings: Any = None, registry: CollectorRegistry | None = None,
-                     count: TokenCounter | None = None, *,
+                     count: TextCounter | None = None, *,
                      config: CacheConfig | None = None,
                      embedder: Embedder | None = None) -> SemanticCache | None:
     """The cache for these settings, or None when PROXY_CACHE=off (use NullCache then).
@@ -28,6 +29,12 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
     `count` is the served model's token counter (text -> tokens), used to check that cutting a
     longer cached answer at `max_tokens` is exact. `embedder` lets several caches share one.
     """
+    from proxy.cache.config import CacheConfig
+    from proxy.cache.embedder import Embedder
+    from proxy.cache.lookup import SemanticCache
+    from proxy.cache.metrics import CacheMetrics
+    from proxy.cache.store import MemoryStore, Store
+
     cfg = config or CacheConfig.from_settings(settings)
     if cfg.mode == "off":
         return None

@@ -67,7 +67,6 @@ class Embedder:
         """
         if backend not in EMBED_BACKENDS:
             raise ValueError(f"PROXY_CACHE_EMBED_BACKEND must be one of {EMBED_BACKENDS}")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         path = model_name or default_model_path()
         n = threads or max(1, min(4, (os.cpu_count() or 2) // 2))
 
@@ -76,7 +75,7 @@ class Embedder:
             from sentence_transformers import SentenceTransformer
 
             torch.set_num_threads(n)
-            model = SentenceTransformer(path, device="cpu")
+            model = SentenceTransformer(path, device="cpu", local_files_only=True)
             fast = OnnxEncoder.build(model, n) if backend == "onnx" else None
             if backend == "onnx" and fast is None:
                 log.warning("embedder: this model's pipeline has no ONNX path; using torch")

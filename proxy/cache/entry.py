@@ -13,13 +13,12 @@ from __future__ import annotations
 import copy
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-TokenCounter = Callable[[str], int]
+from proxy.types import TextCounter
 
 
 @dataclass(slots=True)
@@ -92,7 +91,7 @@ def _set_text(answer: dict[str, Any], text: str) -> None:
 
 
 def serve(entry: Entry, max_tokens: int | None,
-          count: TokenCounter | None = None) -> dict[str, Any] | None:
+          count: TextCounter | None = None) -> dict[str, Any] | None:
     """The answer body for a request with this `max_tokens`, or None when not exactly right."""
     reason, used = entry.finish_reason, entry.completion_tokens
     if used is None:

@@ -9,12 +9,13 @@ All methods are blocking: the caller runs them in a thread.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
-import numpy.typing as npt
 
-Vector = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    from proxy.cache.embedder import Vector
 
 # HNSW search breadth. faiss's default (16) found the true nearest neighbour for only 73% of
 # queries at 100k clustered vectors and 31% at 1M (bench/cache_cost.py): a lost hit each time.

@@ -17,15 +17,13 @@ from typing import Any
 
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
-from proxy.cache.entry import Entry, TokenCounter, serve, storable
+from proxy.cache.entry import Entry, serve, storable
 from proxy.cache.index import VectorIndex
 from proxy.cache.keys import RequestKeys, cacheable, request_keys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.store import Store, StoreUnavailable
 from proxy.cache.verify import verify
-from proxy.types import CacheRequest, CacheResult, Completion
-
-BYPASS = CacheResult(status="bypass")
+from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, TextCounter
 
 
 @dataclass(slots=True)
@@ -44,7 +42,7 @@ class _Flights:
 
 class SemanticCache:
     def __init__(self, cfg: CacheConfig, store: Store, metrics: CacheMetrics,
-                 embedder: Embedder | None = None, count: TokenCounter | None = None) -> None:
+                 embedder: Embedder | None = None, count: TextCounter | None = None) -> None:
         self.cfg, self.db, self.metrics, self.embedder = cfg, store, metrics, embedder
         self.count = count
         self.index = VectorIndex(embedder.dim) if embedder is not None else None
@@ -122,7 +120,7 @@ class SemanticCache:
         for (entry_id, sim), cand in zip(candidates, entries, strict=True):
             if cand is None or cand.partition != keys.partition or cand.text is None:
                 if cand is None:
-                    self.db.removed.append(entry_id)
+                    self.db.forget(entry_id)
                 continue
             best = sim if best is None else max(best, sim)
             verdict = verify(keys.text, cand.text, sim, self.cfg.threshold)
@@ -141,7 +139,7 @@ class SemanticCache:
         index = self.index
         assert index is not None
         added = await self.db.changes()
-        removed, self.db.removed = self.db.removed, []
+        removed = self.db.take_removed()
         reset = self.db.take_reset()
 
         def work() -> list[tuple[int, float]]:
@@ -181,7 +179,7 @@ class SemanticCache:
                       vector=vector.astype("float32").tobytes() if vector is not None else None)
         stored = await self.db.put(entry)
         if self.index is None:
-            self.db.removed.clear()  # no index to prune (exact mode)
+            self.db.take_removed()  # no index to prune (exact mode)
         self.metrics.stores.labels("stored" if stored is not None else "kept_old").inc()
         if stored is not None and vector is not None and self.index is not None:
             await asyncio.to_thread(self.index.add, stored.partition, stored.id, vector)
@@ -210,7 +208,7 @@ class SemanticCache:
         removed = await self.db.flush(namespace)
         if namespace is None and self.index is not None:
             await asyncio.to_thread(self.index.clear)
-            self.db.removed.clear()
+            self.db.take_removed()
         self.metrics.entries.set(await self.db.count())
         return int(removed)
 

@@ -35,7 +35,7 @@ class RedisStore:
         self._r: Any = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.5,
                                  retry=Retry(NoBackoff(), 1))
         self.max_entries, self.ttl, self._p = max_entries, ttl, prefix + ":"
-        self.removed: list[int] = []
+        self._removed: list[int] = []
         self._on_evict = on_evict
         self._retry_after, self._page = retry_after, page
         self._down_until = 0.0
@@ -75,6 +75,13 @@ class RedisStore:
         """True once after Redis lost its data or was flushed: drop the local index."""
         reset, self._reset = self._reset, False
         return reset
+
+    def forget(self, entry_id: int) -> None:
+        self._removed.append(entry_id)
+
+    def take_removed(self) -> list[int]:
+        removed, self._removed = self._removed, []
+        return removed
 
     async def get_exact(self, exact: str) -> Entry | None:
         async def op() -> Entry | None:
@@ -146,7 +153,7 @@ class RedisStore:
                 if not keep_exact:
                     pipe.eval(_DEL_IF, 1, p + "x:" + entry.exact, str(i))
         await pipe.execute()
-        self.removed.extend(ids)
+        self._removed.extend(ids)
         return sum(1 for raw in raws if raw)
 
     async def changes(self) -> list[Entry]:

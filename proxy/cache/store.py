@@ -22,8 +22,6 @@ class StoreUnavailable(Exception):
 
 
 class Store(Protocol):
-    removed: list[int]  # ids gone from the store that the index may still hold
-
     async def get_exact(self, exact: str) -> Entry | None: ...
 
     async def get_many(self, ids: list[int]) -> list[Entry | None]: ...
@@ -37,6 +35,12 @@ class Store(Protocol):
     def take_reset(self) -> bool:
         """True once when the shared store lost its data: the index must be rebuilt."""
 
+    def forget(self, entry_id: int) -> None:
+        """A reader found entry_id gone (expired, evicted elsewhere): report it to the index."""
+
+    def take_removed(self) -> list[int]:
+        """Ids gone from the store since the last call, which the index may still hold."""
+
     async def flush(self, namespace: str | None = None) -> int: ...
 
     async def count(self) -> int: ...
@@ -48,7 +52,7 @@ class MemoryStore:
     def __init__(self, max_entries: int, ttl: float | None, snapshot: Path | None = None,
                  on_evict: Callable[[int], None] | None = None) -> None:
         self.max_entries, self.ttl, self.snapshot = max_entries, ttl, snapshot
-        self.removed: list[int] = []
+        self._removed: list[int] = []
         self._on_evict = on_evict
         self._entries: OrderedDict[int, Entry] = OrderedDict()
         self._exact: dict[str, int] = {}
@@ -74,7 +78,7 @@ class MemoryStore:
         if entry is not None:
             if self._exact.get(entry.exact) == entry_id:
                 del self._exact[entry.exact]
-            self.removed.append(entry_id)
+            self._removed.append(entry_id)
 
     def _live(self, entry_id: int) -> Entry | None:
         entry = self._entries.get(entry_id)
@@ -117,6 +121,13 @@ class MemoryStore:
 
     def take_reset(self) -> bool:
         return False
+
+    def forget(self, entry_id: int) -> None:
+        self._removed.append(entry_id)
+
+    def take_removed(self) -> list[int]:
+        removed, self._removed = self._removed, []
+        return removed
 
     async def flush(self, namespace: str | None = None) -> int:
         ids = [i for i, e in self._entries.items() if namespace is None or e.namespace == namespace]
