@@ -32,6 +32,9 @@ class Metrics:
         self.hedged = Counter("proxy_cache_hedged",
                               "Upstream calls started while the semantic tier searched: used "
                               "(a miss) or cancelled (a hit)", ["outcome"], registry=r)
+        self.unexpected = Counter("proxy_unexpected_errors",
+                                  "Exceptions the proxy did not expect (answered 500)",
+                                  ["route"], registry=r)
         self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
                                  ["upstream"], registry=r)
 

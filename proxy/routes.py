@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
@@ -14,7 +15,10 @@ from starlette.routing import Route
 from proxy.admin import cache_flush, cache_stats
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError
 from proxy.handler import CompletionHandler, Deps
+from proxy.receive import request_id
 from proxy.relay import error_response, json_response
+
+log = logging.getLogger("proxy.routes")
 
 
 def _deps(request: Request) -> Deps:
@@ -77,7 +81,15 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def unexpected(request: Request, exc: Exception) -> Response:
-    return error_response(ProxyError("internal proxy error"))
+    rid = request_id(request)
+    route = getattr(request.scope.get("route"), "path", "other")  # bounded label values
+    log.error("unexpected error", exc_info=exc, extra={"fields": {
+        "msg": "unexpected error", "rid": rid, "route": route}})
+    deps = getattr(request.app.state, "deps", None)
+    if deps is not None:
+        deps.metrics.unexpected.labels(route).inc()
+    return error_response(ProxyError(f"internal proxy error (request id {rid})"),
+                          {"X-Request-ID": rid})
 
 
 ROUTES = [

@@ -30,6 +30,9 @@ class Settings:
     max_waiting: int = 256  # requests allowed to wait for a slot
     queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
     max_body_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
+    max_messages: int = 2048  # messages in one chat request
+    max_prompts: int = 64  # prompts in one completions batch
     connect_timeout: float = 5.0
     read_timeout: float = 600.0  # between two chunks from vLLM
     upstream_backoff: float = 5.0  # seconds an upstream stays marked down after a connect error
@@ -101,6 +104,9 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max_waiting": ("PROXY_MAX_WAITING", _int, "requests that may wait for a slot"),
     "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
+    "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
+    "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
+    "max_prompts": ("PROXY_MAX_PROMPTS", _int, "prompts per completions batch"),
     "connect_timeout": ("PROXY_CONNECT_TIMEOUT", _float, "upstream connect timeout (s)"),
     "read_timeout": ("PROXY_READ_TIMEOUT", _float, "upstream read timeout (s)"),
     "upstream_backoff": ("PROXY_UPSTREAM_BACKOFF", _float, "seconds a failed upstream rests"),
@@ -135,6 +141,9 @@ def _validate(s: Settings) -> None:
         (s.max_waiting >= 0, "PROXY_MAX_WAITING must be >= 0"),
         (s.queue_timeout >= 0, "PROXY_QUEUE_TIMEOUT must be >= 0"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
+        (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),
+        (s.max_messages > 0 and s.max_prompts > 0,
+         "PROXY_MAX_MESSAGES and PROXY_MAX_PROMPTS must be positive"),
         (s.connect_timeout > 0 and s.read_timeout > 0, "timeouts must be positive"),
         (s.upstream_backoff >= 0, "PROXY_UPSTREAM_BACKOFF must be >= 0"),
         (s.log_level in ("debug", "info", "warning", "error"), "PROXY_LOG_LEVEL: bad level"),

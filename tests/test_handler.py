@@ -336,3 +336,32 @@ async def test_upstream_200_that_is_not_json_is_a_502():
     async with proxy_client(settings(), transport=httpx.MockTransport(handle)) as c:
         r = await c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 502 and r.json()["error"]["code"] == "bad_gateway"
+
+
+class _BrokenCounter:
+    async def count_chat(self, model: str, messages: Any, tools: Any = None) -> int:
+        raise RuntimeError("a bug in a dependency")
+
+    async def count_text(self, model: str, text: str) -> int:
+        raise RuntimeError("a bug in a dependency")
+
+    async def tail(self, model: str, text: str, n_tokens: int) -> str:
+        raise RuntimeError("a bug in a dependency")
+
+
+async def test_an_unexpected_exception_is_answered_logged_and_counted(caplog):
+    fake = FakeVllm()
+    caplog.set_level("INFO")
+    async with proxy_client(settings(), transport=fake.transport,
+                            counter=_BrokenCounter()) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "rid-42"})
+        scrape = (await c.get("/metrics")).text
+    assert r.status_code == 500 and "rid-42" in r.json()["error"]["message"]
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert r.headers["X-Request-ID"] == "rid-42"
+    errors = [rec for rec in caplog.records if rec.name == "proxy.handler"]
+    assert errors and errors[0].exc_info and errors[0].fields["rid"] == "rid-42"
+    access = [rec.fields for rec in caplog.records if rec.name == "proxy.access"]
+    assert access[0]["rid"] == "rid-42" and access[0]["status"] == 500
+    assert 'proxy_unexpected_errors_total{route="/v1/chat/completions"} 1.0' in scrape
+    assert 'proxy_requests_total{route="/v1/chat/completions",status="500"} 1.0' in scrape
