@@ -14,7 +14,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import clip, openai, policy
+from proxy import clip, openai, params, policy
 from proxy.admission import Admission
 from proxy.bounds import Bounds
 from proxy.catalog import Catalog
@@ -102,6 +102,7 @@ class CompletionHandler:
         d, s = self.d, self.d.settings
         tenant = d.keys.tenant(request)
         body = await self.bounds.parse(await read_body(request, s.max_body_bytes))
+        params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
         openai.validate(kind, body)
         self.bounds.check_counts(kind, body)
         if s.log_prompts:

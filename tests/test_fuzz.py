@@ -249,10 +249,14 @@ def test_deeply_nested_json_is_400(proxy: Harness) -> None:
 
 
 def test_huge_messages_array_and_giant_strings(proxy: Harness) -> None:
-    many = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}] * 5_000}
+    many = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}] * 2_000}
     r = post(proxy, POSTS[0], orjson.dumps(many), "application/json")
     check(r)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    many["messages"] *= 3  # past PROXY_MAX_MESSAGES: refused before any tokenizing
+    r = post(proxy, POSTS[0], orjson.dumps(many), "application/json")
+    check(r)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_many_items"
     giant = {"model": "tiny", "prompt": "word " * 50_000}
     r = post(proxy, POSTS[1], orjson.dumps(giant), "application/json")
     check(r)

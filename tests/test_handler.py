@@ -29,7 +29,7 @@ async def test_greedy_is_forced_and_other_fields_pass_through():
     fake = FakeVllm()
     async with proxy_client(settings(), transport=fake.transport) as c:
         r = await c.post("/v1/chat/completions", json={
-            **CHAT, "temperature": 1.8, "top_p": 0.5, "top_k": 40, "n": 3, "seed": 7,
+            **CHAT, "temperature": 1.8, "top_p": 0.5, "top_k": 40, "n": 1, "seed": 7,
             "stop": ["x"], "presence_penalty": 0.1, "user": "u1"})
     assert r.status_code == 200
     sent = fake.completions()[-1].json
@@ -157,13 +157,13 @@ BAD_BODIES: list[tuple[bytes, int]] = [
     (b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}', 400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}',
      400),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "9"}',
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x9"}',
      400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e400}',
      400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
      b'"max_tokens": 100000000000000000000000000}', 400),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}',
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": "maybe"}',
      400),
     (b'{"model": "nope", "messages": [{"role": "user", "content": "hi"}]}', 404),
 ]
@@ -365,3 +365,22 @@ async def test_an_unexpected_exception_is_answered_logged_and_counted(caplog):
     assert access[0]["rid"] == "rid-42" and access[0]["status"] == 500
     assert 'proxy_unexpected_errors_total{route="/v1/chat/completions"} 1.0' in scrape
     assert 'proxy_requests_total{route="/v1/chat/completions",status="500"} 1.0' in scrape
+
+
+async def test_what_vllm_accepts_is_accepted_and_coerced():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": "5",
+                                                       "stream": 0, "temperature": "0.3"})
+    assert r.status_code == 200, r.text
+    sent = fake.completions()[-1].json
+    assert sent["max_tokens"] == 5 and sent["stream"] is False
+
+
+async def test_n_above_one_with_greedy_is_a_clear_400():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "n": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert "greedy decoding" in r.json()["error"]["message"]
+    assert fake.completions() == []
