@@ -73,7 +73,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             deps = Deps(settings=settings, upstream=upstream, catalog=catalog, counter=chosen,
                         cache=cache, metrics=metrics,
                         admission=Admission(settings.max_inflight, settings.max_waiting,
-                                            settings.queue_timeout, metrics),
+                                            settings.queue_timeout, metrics,
+                                            settings.tenant_share if settings.api_keys else 1.0),
                         keys=KeyRing(settings.api_keys))
             app.state.deps = deps
             app.state.handler = CompletionHandler(deps)

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from proxy import clip, openai, params, policy
 from proxy.admission import Admission
-from proxy.bounds import Bounds
+from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError
 from proxy.hedge import Hedge
@@ -67,6 +67,8 @@ class Trace:
     cache: str = "bypass"
     upstream: str | None = None
     prompt: Any = None  # only with PROXY_LOG_PROMPTS=on
+    tenant: str = ""
+    weight: int = 1  # admission slots: the number of prompts in a batch
 
 
 class CompletionHandler:
@@ -100,11 +102,13 @@ class CompletionHandler:
     async def _handle(self, request: Request, kind: Kind, trace: Trace,
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
-        tenant = d.keys.tenant(request)
+        tenant = trace.tenant = d.keys.tenant(request)
         body = await self.bounds.parse(await read_body(request, s.max_body_bytes))
         params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
         openai.validate(kind, body)
         self.bounds.check_counts(kind, body)
+        if kind == "completions":
+            trace.weight = prompt_count(body["prompt"])
         if s.log_prompts:
             trace.prompt = body.get("messages") if kind == "chat" else body.get("prompt")
         model = await d.catalog.resolve(body.get("model"))
@@ -128,7 +132,8 @@ class CompletionHandler:
         start: Callable[[], Coroutine[Any, Any, Any]] = (
             (lambda: self._open(kind, body, trace)) if stream
             else (lambda: self._fetch(kind, body, trace)))
-        hedge = Hedge(start, self._close if stream else None, d.metrics) \
+        hedge = Hedge(start, (lambda up: self._close(up, trace)) if stream else None,
+                      d.metrics) \
             if s.cache_hedge else None
         cache_control = request.headers.get("cache-control", "").lower()
         try:
@@ -160,26 +165,27 @@ class CompletionHandler:
         if not stream:
             return json_response(orjson.dumps(result.answer), headers=headers)
         events = replay_stream(replay(kind, result.answer, usage))
-        return RelayResponse(events, self._closer(trace, None), headers=_sse(headers))
+        return RelayResponse(events, self._closer(trace, None), headers=_sse(headers),
+                             **self._send_limits())
 
     async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace) -> bytes:
-        async with self.d.admission.slot():
+        async with self.d.admission.slot(trace.tenant, trace.weight):
             return await self.d.upstream.fetch("POST", PATHS[kind], orjson.dumps(body),
                                                _upstream_headers(trace))
 
     async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace) -> UpstreamStream:
         d = self.d
-        await d.admission.acquire()
+        await d.admission.acquire(trace.tenant, trace.weight)
         try:
             return await d.upstream.open("POST", PATHS[kind],
                                          orjson.dumps(policy.with_usage(body)),
                                          _upstream_headers(trace))
         except BaseException:
-            d.admission.release()
+            d.admission.release(trace.tenant, trace.weight)
             raise
 
-    async def _close(self, upstream: UpstreamStream) -> None:
-        self.d.admission.release()
+    async def _close(self, upstream: UpstreamStream, trace: Trace) -> None:
+        self.d.admission.release(trace.tenant, trace.weight)
         await upstream.aclose()
 
     async def _json(self, request: Request, kind: Kind, body: dict[str, Any],
@@ -218,7 +224,7 @@ class CompletionHandler:
         chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
 
         async def close() -> None:
-            await self._close(upstream)
+            await self._close(upstream, trace)
             if outcome.first_byte is not None:
                 d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
             if outcome.usage:
@@ -229,7 +235,12 @@ class CompletionHandler:
                 done = acc.completion() if acc is not None and outcome.finished else None
                 await (self._store(ticket, done) if done else d.cache.abandon(ticket))
 
-        return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers))
+        return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers),
+                             **self._send_limits())
+
+    def _send_limits(self) -> dict[str, Any]:
+        return {"send_timeout": self.d.settings.send_timeout,
+                "on_send_timeout": self.d.metrics.send_timeouts.inc}
 
     def _closer(self, trace: Trace, then: Any) -> Any:
         async def close() -> None:

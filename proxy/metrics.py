@@ -35,6 +35,9 @@ class Metrics:
         self.unexpected = Counter("proxy_unexpected_errors",
                                   "Exceptions the proxy did not expect (answered 500)",
                                   ["route"], registry=r)
+        self.send_timeouts = Counter("proxy_send_timeouts",
+                                     "Streams cut because the client read nothing for "
+                                     "PROXY_SEND_TIMEOUT seconds", registry=r)
         self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
                                  ["upstream"], registry=r)
 

@@ -29,6 +29,8 @@ class Settings:
     max_inflight: int = 256  # concurrent upstream requests
     max_waiting: int = 256  # requests allowed to wait for a slot
     queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
+    tenant_share: float = 0.5  # with API keys: the share of max_inflight one key may hold
+    send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
     max_body_bytes: int = 4 * 1024 * 1024
     max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
     max_messages: int = 2048  # messages in one chat request
@@ -103,6 +105,10 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max_inflight": ("PROXY_MAX_INFLIGHT", _int, "concurrent upstream requests"),
     "max_waiting": ("PROXY_MAX_WAITING", _int, "requests that may wait for a slot"),
     "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
+    "tenant_share": ("PROXY_TENANT_SHARE", _float,
+                     "share of PROXY_MAX_INFLIGHT one API key may hold (0..1]"),
+    "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
+                     "seconds without write progress before a stream is closed"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
     "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
     "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
@@ -140,6 +146,8 @@ def _validate(s: Settings) -> None:
         (s.max_inflight > 0, "PROXY_MAX_INFLIGHT must be positive"),
         (s.max_waiting >= 0, "PROXY_MAX_WAITING must be >= 0"),
         (s.queue_timeout >= 0, "PROXY_QUEUE_TIMEOUT must be >= 0"),
+        (0.0 < s.tenant_share <= 1.0, "PROXY_TENANT_SHARE must be in (0, 1]"),
+        (s.send_timeout > 0, "PROXY_SEND_TIMEOUT must be positive"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
         (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),
         (s.max_messages > 0 and s.max_prompts > 0,
