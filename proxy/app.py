@@ -40,6 +40,10 @@ async def build_cache(settings: Settings, metrics: Metrics,
     return NullCache() if cache is None else cache
 
 
+def _part(total: int, workers: int) -> int:
+    return total if workers == 1 else max(1, -(-total // workers))
+
+
 def app_from_env() -> Starlette:
     """The app of one worker process when PROXY_WORKERS > 1 (uvicorn's factory)."""
     from proxy.logs import setup_logging
@@ -72,7 +76,9 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             cache = await build_cache(settings, metrics, auto.count_sync())
             deps = Deps(settings=settings, upstream=upstream, catalog=catalog, counter=chosen,
                         cache=cache, metrics=metrics,
-                        admission=Admission(settings.max_inflight, settings.max_waiting,
+                        # Each of PROXY_WORKERS processes takes its part of the whole bound.
+                        admission=Admission(_part(settings.max_inflight, settings.workers),
+                                            _part(settings.max_waiting, settings.workers),
                                             settings.queue_timeout, metrics,
                                             settings.tenant_share if settings.api_keys else 1.0),
                         keys=KeyRing(settings.api_keys))

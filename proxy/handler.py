@@ -20,6 +20,7 @@ from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError
 from proxy.hedge import Hedge
+from proxy.limits import KeyLimits, parse
 from proxy.logs import access
 from proxy.metrics import Metrics
 from proxy.receive import ClientGone, KeyRing, read_body, request_id, until_disconnect
@@ -69,6 +70,7 @@ class Trace:
     prompt: Any = None  # only with PROXY_LOG_PROMPTS=on
     tenant: str = ""
     weight: int = 1  # admission slots: the number of prompts in a batch
+    limited: bool = False  # counted in by the per-key limits (owes a leave)
 
 
 class CompletionHandler:
@@ -76,6 +78,8 @@ class CompletionHandler:
         self.d = deps
         s = deps.settings
         self.bounds = Bounds(s.max_json_depth, s.max_messages, s.max_prompts)
+        self.limits = KeyLimits(parse(s.key_limits), s.workers,
+                                lambda which: deps.metrics.key_limited.labels(which).inc())
 
     async def __call__(self, request: Request, kind: Kind) -> Response:
         trace = Trace(PATHS[kind], request_id(request), time.perf_counter())
@@ -103,6 +107,7 @@ class CompletionHandler:
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
+        trace.limited = self.limits.enter(tenant)
         body = await self.bounds.parse(await read_body(request, s.max_body_bytes))
         params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
         openai.validate(kind, body)
@@ -118,6 +123,8 @@ class CompletionHandler:
         clipped = await clipper(body, d.counter, model.name, in_limit,
                                 s.input_overflow == "truncate")
         trace.tokens_in = clipped.input_tokens
+        if trace.limited:
+            self.limits.charge(tenant, clipped.input_tokens * trace.weight)
         if clipped.truncated:
             headers["X-Proxy-Input-Truncated"] = clipped.header()
             d.metrics.clipped.labels("input_truncated").inc()
@@ -258,6 +265,8 @@ class CompletionHandler:
             log.exception("cache store failed")
 
     def _done(self, trace: Trace) -> None:
+        if trace.limited:
+            self.limits.leave(trace.tenant, trace.tokens_out or 0)
         m = self.d.metrics
         elapsed = time.perf_counter() - trace.started
         m.requests.labels(trace.route, str(trace.status)).inc()

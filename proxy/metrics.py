@@ -38,6 +38,8 @@ class Metrics:
         self.send_timeouts = Counter("proxy_send_timeouts",
                                      "Streams cut because the client read nothing for "
                                      "PROXY_SEND_TIMEOUT seconds", registry=r)
+        self.key_limited = Counter("proxy_key_limited",
+                                   "Requests refused by a per-key limit", ["limit"], registry=r)
         self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
                                  ["upstream"], registry=r)
 

@@ -30,6 +30,7 @@ class Settings:
     max_waiting: int = 256  # requests allowed to wait for a slot
     queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
     tenant_share: float = 0.5  # with API keys: the share of max_inflight one key may hold
+    key_limits: str | None = None  # per-key limits: inline JSON or a file (proxy/limits.py)
     send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
     max_body_bytes: int = 4 * 1024 * 1024
     max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
@@ -107,6 +108,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
     "tenant_share": ("PROXY_TENANT_SHARE", _float,
                      "share of PROXY_MAX_INFLIGHT one API key may hold (0..1]"),
+    "key_limits": ("PROXY_KEY_LIMITS", _opt_str,
+                   "per-key concurrent/rpm/tpm limits: JSON, inline or a file path"),
     "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
                      "seconds without write progress before a stream is closed"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
