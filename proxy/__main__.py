@@ -24,12 +24,15 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.guard import raise_file_limit
     from proxy.logs import setup_logging
 
     setup_logging(settings.log_level)
+    raise_file_limit()  # the connection cap keeps a headroom under it (proxy/guard.py)
     common: dict[str, Any] = dict(host=settings.host, port=settings.port, loop="uvloop",
-                                  http="httptools", log_config=None, access_log=False,
-                                  lifespan="on", timeout_graceful_shutdown=10)
+                                  http="proxy.guard:GuardedProtocol", log_config=None,
+                                  access_log=False, lifespan="on", timeout_graceful_shutdown=10,
+                                  timeout_keep_alive=settings.keepalive_timeout)
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **common)
         return 0

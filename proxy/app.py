@@ -16,6 +16,7 @@ from proxy.admission import Admission
 from proxy.balancer import Balancer
 from proxy.catalog import Catalog
 from proxy.errors import ProxyError
+from proxy.guard import Guard, connection_cap, file_limit
 from proxy.handler import CompletionHandler, Deps
 from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
@@ -41,7 +42,7 @@ async def build_cache(settings: Settings, metrics: Metrics,
 
 
 def _part(total: int, workers: int) -> int:
-    return total if workers == 1 else max(1, -(-total // workers))
+    return total if workers == 1 else -(-total // workers)  # ceil: 1 stays 1, 0 stays 0
 
 
 def app_from_env() -> Starlette:
@@ -59,8 +60,12 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     """transport and counter are for tests (an httpx MockTransport, a fake tokenizer)."""
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         metrics = Metrics()
+        # The connection guard (proxy/guard.py) finds itself in the lifespan state.
+        guard = Guard(connection_cap(settings.max_connections, file_limit()),
+                      settings.header_timeout, settings.max_connections_per_ip)
+        metrics.registry.register(guard)
         client = make_client(settings, transport)
         balancer = Balancer(settings.upstreams, settings.upstream_backoff)
         upstream = Upstream(client, balancer, metrics)
@@ -96,7 +101,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             gc.collect()
             gc.freeze()
             try:
-                yield
+                yield {"guard": guard}
             finally:
                 await cache.aclose()
         finally:

@@ -30,6 +30,10 @@ class Settings:
     max_waiting: int = 256  # requests allowed to wait for a slot
     queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
     tenant_share: float = 0.5  # with API keys: the share of max_inflight one key may hold
+    header_timeout: float = 10.0  # seconds for a request's headers to arrive (connection guard)
+    keepalive_timeout: int = 5  # seconds an idle keep-alive connection stays open
+    max_connections: int | None = None  # None: the file limit less a headroom
+    max_connections_per_ip: int | None = None  # None: no cap per client IP
     key_limits: str | None = None  # per-key limits: inline JSON or a file (proxy/limits.py)
     send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
     max_body_bytes: int = 4 * 1024 * 1024
@@ -108,6 +112,14 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
     "tenant_share": ("PROXY_TENANT_SHARE", _float,
                      "share of PROXY_MAX_INFLIGHT one API key may hold (0..1]"),
+    "header_timeout": ("PROXY_HEADER_TIMEOUT", _float,
+                       "seconds for a request's headers to arrive"),
+    "keepalive_timeout": ("PROXY_KEEPALIVE_TIMEOUT", _int,
+                          "seconds an idle keep-alive connection is kept"),
+    "max_connections": ("PROXY_MAX_CONNECTIONS", _opt_int,
+                        "open client connections (default: the file limit less 1024)"),
+    "max_connections_per_ip": ("PROXY_MAX_CONNECTIONS_PER_IP", _opt_int,
+                               "open connections per client IP (default: no cap)"),
     "key_limits": ("PROXY_KEY_LIMITS", _opt_str,
                    "per-key concurrent/rpm/tpm limits: JSON, inline or a file path"),
     "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
@@ -151,6 +163,10 @@ def _validate(s: Settings) -> None:
         (s.queue_timeout >= 0, "PROXY_QUEUE_TIMEOUT must be >= 0"),
         (0.0 < s.tenant_share <= 1.0, "PROXY_TENANT_SHARE must be in (0, 1]"),
         (s.send_timeout > 0, "PROXY_SEND_TIMEOUT must be positive"),
+        (s.header_timeout > 0 and s.keepalive_timeout > 0,
+         "PROXY_HEADER_TIMEOUT and PROXY_KEEPALIVE_TIMEOUT must be positive"),
+        ((s.max_connections or 1) > 0 and (s.max_connections_per_ip or 1) > 0,
+         "PROXY_MAX_CONNECTIONS(_PER_IP) must be positive"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
         (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),
         (s.max_messages > 0 and s.max_prompts > 0,
