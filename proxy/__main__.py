@@ -39,9 +39,20 @@ def main(argv: list[str]) -> int:
     if settings.cache != "off" and not settings.redis_url:
         print(f"note: {settings.workers} workers each keep their own cache; set PROXY_REDIS_URL "
               "to share one", file=sys.stderr)
-    # Several processes share the port; each builds its app from the same PROXY_* settings.
+    # Several processes share the port; each builds its app from the same PROXY_* settings,
+    # and all write their metrics to one fresh directory that any of them can sum on a scrape.
+    import shutil
+    import tempfile
+
+    from proxy.metrics import MULTIPROC_ENV
+
     os.environ.update(cli_env(argv[1:]))
-    uvicorn.run("proxy.app:app_from_env", factory=True, workers=settings.workers, **common)
+    metrics_dir = tempfile.mkdtemp(prefix="proxy-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        uvicorn.run("proxy.app:app_from_env", factory=True, workers=settings.workers, **common)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 

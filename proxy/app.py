@@ -65,7 +65,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         # The connection guard (proxy/guard.py) finds itself in the lifespan state.
         guard = Guard(connection_cap(settings.max_connections, file_limit()),
                       settings.header_timeout, settings.max_connections_per_ip)
-        metrics.registry.register(guard)
+        metrics.own.register(guard)
         client = make_client(settings, transport)
         balancer = Balancer(settings.upstreams, settings.upstream_backoff)
         upstream = Upstream(client, balancer, metrics)
