@@ -58,5 +58,5 @@ class Metrics:
         if not path:
             return generate_latest(self.registry) + generate_latest(self.own)
         merged = CollectorRegistry()
-        MultiProcessCollector(merged, path)
+        MultiProcessCollector(merged, path)  # type: ignore[no-untyped-call]
         return generate_latest(merged) + generate_latest(self.own)
