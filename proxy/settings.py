@@ -53,6 +53,7 @@ class Settings:
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
     redis_url: str | None = None
     admin_key: str | None = None
+    metrics_key: str | None = None  # when set, /metrics and /ready need it as a bearer token
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -141,6 +142,7 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                     "start the upstream call while the semantic tier searches: on | off"),
     "redis_url": ("PROXY_REDIS_URL", _opt_str, "Redis for the cache (unset: memory)"),
     "admin_key": ("PROXY_ADMIN_KEY", _opt_str, "key for the cache admin endpoints"),
+    "metrics_key": ("PROXY_METRICS_KEY", _opt_str, "bearer key for /metrics and /ready"),
 }
 
 
