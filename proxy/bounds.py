@@ -29,28 +29,31 @@ class Bounds:
     max_messages: int = 2048  # PROXY_MAX_MESSAGES
     max_prompts: int = 64  # PROXY_MAX_PROMPTS
 
-    async def parse(self, raw: bytes) -> dict[str, Any]:
-        """The body as a JSON object no deeper than max_depth."""
+    async def parse(self, raw: bytes, kind: Kind) -> dict[str, Any]:
+        """The body as a JSON object no deeper than max_depth, with no more messages or
+        prompts than allowed (counted before any per-item work)."""
         if len(raw) <= INLINE_BYTES:
-            return self._parse(raw)
-        return await asyncio.to_thread(self._parse, raw)
+            return self._parse(raw, kind)
+        return await asyncio.to_thread(self._parse, raw, kind)
 
-    def _parse(self, raw: bytes) -> dict[str, Any]:
+    def _parse(self, raw: bytes, kind: Kind) -> dict[str, Any]:
         body = openai.parse_json(raw)
+        self.check_counts(kind, body)
         if depth_exceeds(body, self.max_depth):
             raise TooDeep(f"the request JSON is nested more than {self.max_depth} levels deep "
                           f"(the limit, PROXY_MAX_JSON_DEPTH)")
         return body
 
     def check_counts(self, kind: Kind, body: dict[str, Any]) -> None:
-        """After validation: the number of messages, or of prompts in a batch."""
+        """The number of messages, or of prompts in a batch (other shapes: validation's)."""
         if kind == "chat":
-            n = len(body["messages"])
+            messages = body.get("messages")
+            n = len(messages) if isinstance(messages, list) else 0
             if n > self.max_messages:
                 raise TooManyItems(f"the request has {n} messages; the limit is "
                                    f"{self.max_messages} (PROXY_MAX_MESSAGES)", param="messages")
             return
-        n = prompt_count(body["prompt"])
+        n = prompt_count(body.get("prompt"))
         if n > self.max_prompts:
             raise TooManyItems(f"the request has a batch of {n} prompts; the limit is "
                                f"{self.max_prompts} (PROXY_MAX_PROMPTS)", param="prompt")

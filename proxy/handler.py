@@ -108,10 +108,9 @@ class CompletionHandler:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
         trace.limited = self.limits.enter(tenant)
-        body = await self.bounds.parse(await read_body(request, s.max_body_bytes))
+        body = await self.bounds.parse(await read_body(request, s.max_body_bytes), kind)
         params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
         openai.validate(kind, body)
-        self.bounds.check_counts(kind, body)
         if kind == "completions":
             trace.weight = prompt_count(body["prompt"])
         if s.log_prompts:

@@ -46,20 +46,22 @@ def test_prompt_count(prompt: Any, n: int) -> None:
 async def test_parse_rejects_deep_json_naming_the_limit(size: int) -> None:
     raw = orjson.dumps({"pad": "x" * size, "messages": nest(10)})
     with pytest.raises(TooDeep) as err:
-        await Bounds(max_depth=8).parse(raw)
+        await Bounds(max_depth=8).parse(raw, "chat")
     assert err.value.status == 400 and "PROXY_MAX_JSON_DEPTH" in err.value.message
-    assert (await Bounds(max_depth=11).parse(raw))["pad"] == "x" * size
+    assert (await Bounds(max_depth=11).parse(raw, "chat"))["pad"] == "x" * size
 
 
 async def test_parse_keeps_the_plain_json_errors() -> None:
     with pytest.raises(BadRequest):
-        await Bounds().parse(b"[1]")
+        await Bounds().parse(b"[1]", "chat")
 
 
 def test_counts_name_their_limits() -> None:
     b = Bounds(max_messages=2, max_prompts=2)
     b.check_counts("chat", {"messages": [{}, {}]})
     b.check_counts("completions", {"prompt": [1, 2, 3, 4]})
+    b.check_counts("chat", {"messages": "not a list: validation says so"})
+    b.check_counts("completions", {})
     with pytest.raises(TooManyItems, match="3 messages.*PROXY_MAX_MESSAGES") as err:
         b.check_counts("chat", {"messages": [{}, {}, {}]})
     assert err.value.status == 413 and err.value.param == "messages"
