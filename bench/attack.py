@@ -83,8 +83,10 @@ async def slowloris(mock: procs.Proc, n: int) -> Result:
             finally:
                 writer.close()
 
-        stop = asyncio.Event()
-        normal = asyncio.ensure_future(timed_gets(proxy.url, stop, 0.05, CHAT, ASK))
+        # the normal client in its own process: this one's loop is busy with the attack
+        normal = await asyncio.create_subprocess_exec(
+            procs.PY, "-m", "bench.attack", "--probe", proxy.url, stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.PIPE, cwd=procs.REPO)
         t0 = time.perf_counter()
         tasks = []
         for _ in range(n):
@@ -92,8 +94,9 @@ async def slowloris(mock: procs.Proc, n: int) -> Result:
             if len(tasks) % 500 == 0:
                 await asyncio.sleep(0)
         await asyncio.gather(*tasks)
-        stop.set()
-        lat, failed = await normal
+        out, _ = await normal.communicate(b"stop\n")
+        probe = json.loads(out)
+        lat, failed = probe["latencies"], probe["failed"]
     worst = max(closed_after) if closed_after else float("nan")
     held = failed == 0 and p99(lat) < 1.0 and worst < timeout + 5
     return {"attack": "slowloris", "connections": n, "refused_at_connect": refused,
@@ -123,19 +126,24 @@ async def stuck_streams(mock: procs.Proc) -> Result:
         socks = [never_read(proxy.url, "key-b") for _ in range(2)]
         t0 = time.perf_counter()
         statuses = []
+        cut = 0.0
         async with httpx.AsyncClient(timeout=30) as c:
-            while time.perf_counter() - t0 < 15:
+            # until the stuck stream has filled the socket buffers and then made no progress
+            # for PROXY_SEND_TIMEOUT; key A asks twice a second all along
+            while cut < 1 and time.perf_counter() - t0 < 120:
                 r = await c.post(proxy.url + CHAT, json=ASK,
                                  headers={"Authorization": "Bearer key-a"})
                 statuses.append(r.status_code)
                 await asyncio.sleep(0.5)
-            cut = _metric((await c.get(proxy.url + "/metrics")).text,
-                          "proxy_send_timeouts_total")
+                cut = _metric((await c.get(proxy.url + "/metrics")).text,
+                              "proxy_send_timeouts_total")
+        took = time.perf_counter() - t0
         for s in socks:
             s.close()
     ok = statuses.count(200)
     return {"attack": "stuck_streams", "key_a_requests": len(statuses), "key_a_200": ok,
             "stuck_streams_cut_by_send_timeout": cut, "send_timeout_s": 10,
+            "cut_after_s": round(took, 1),
             "held": ok == len(statuses) and cut >= 1}
 
 
@@ -238,12 +246,25 @@ async def run(args: argparse.Namespace) -> list[Result]:
     return results
 
 
+async def probe(url: str) -> None:
+    """A normal client until a line arrives on stdin; prints its latencies as JSON."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_reader(0, stop.set)
+    lat, failed = await timed_gets(url, stop, 0.05, CHAT, ASK)
+    print(json.dumps({"latencies": lat, "failed": failed}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.attack")
+    p.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
     p.add_argument("--slow-conns", type=int, default=20_000)
     p.add_argument("--only", nargs="*", choices=list(ATTACKS))
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    if args.probe:
+        asyncio.run(probe(args.probe))
+        return
     results = asyncio.run(run(args))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

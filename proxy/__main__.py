@@ -30,7 +30,8 @@ def main(argv: list[str]) -> int:
     setup_logging(settings.log_level)
     raise_file_limit()  # the connection cap keeps a headroom under it (proxy/guard.py)
     common: dict[str, Any] = dict(host=settings.host, port=settings.port, loop="uvloop",
-                                  http="proxy.guard:GuardedProtocol", log_config=None,
+                                  http="proxy.guard:GuardedProtocol"
+                                  if settings.connection_guard else "httptools", log_config=None,
                                   access_log=False, lifespan="on", timeout_graceful_shutdown=10,
                                   timeout_keep_alive=settings.keepalive_timeout)
     if settings.workers == 1:

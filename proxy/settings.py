@@ -30,6 +30,7 @@ class Settings:
     max_waiting: int = 256  # requests allowed to wait for a slot
     queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
     tenant_share: float = 0.5  # with API keys: the share of max_inflight one key may hold
+    connection_guard: bool = True  # proxy/guard.py around uvicorn's protocol (off: bare)
     header_timeout: float = 10.0  # seconds for a request's headers to arrive (connection guard)
     keepalive_timeout: int = 5  # seconds an idle keep-alive connection stays open
     max_connections: int | None = None  # None: the file limit less a headroom
@@ -113,6 +114,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
     "tenant_share": ("PROXY_TENANT_SHARE", _float,
                      "share of PROXY_MAX_INFLIGHT one API key may hold (0..1]"),
+    "connection_guard": ("PROXY_CONNECTION_GUARD", _onoff,
+                         "header deadline and connection caps: on | off"),
     "header_timeout": ("PROXY_HEADER_TIMEOUT", _float,
                        "seconds for a request's headers to arrive"),
     "keepalive_timeout": ("PROXY_KEEPALIVE_TIMEOUT", _int,
