@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -384,3 +385,19 @@ async def test_n_above_one_with_greedy_is_a_clear_400():
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"
     assert "greedy decoding" in r.json()["error"]["message"]
     assert fake.completions() == []
+
+
+async def test_a_batch_holds_one_admission_slot_per_prompt():
+    fake = FakeVllm(gate=asyncio.Event())
+    async with proxy_client(settings(max_inflight=4, queue_timeout=0.2),
+                            transport=fake.transport) as c:
+        batch = asyncio.ensure_future(c.post("/v1/completions", json={
+            "model": "tiny", "prompt": ["a", "b", "c"], "max_tokens": 2}))
+        await fake.arrived(1, "/v1/completions")
+        two = await c.post("/v1/completions", json={"model": "tiny", "prompt": ["a", "b"]})
+        one = asyncio.ensure_future(c.post("/v1/completions", json={"model": "tiny",
+                                                                   "prompt": "a"}))
+        await fake.arrived(2, "/v1/completions")  # 3 + 1 slots: the single prompt fits
+        fake.gate.set()
+        assert (await batch).status_code == 200 and (await one).status_code == 200
+    assert two.status_code == 429  # 3 + 2 > 4
