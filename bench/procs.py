@@ -83,7 +83,7 @@ def bare(upstream: str, cores: str | None) -> Proc:
 
 
 def ours(upstream: str, cores: str | None, env: dict[str, str] | None = None,
-         workers: int = 1, name: str = "ours") -> Proc:
+         workers: int = 1, name: str = "ours", ready_path: str = "/v1/models") -> Proc:
     port = free_port()
     base = {"PROXY_UPSTREAM": upstream, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
             "PROXY_TOKENIZER": str(REPO / ".models" / "tiny"), "PROXY_LOG_LEVEL": "info",
@@ -93,7 +93,7 @@ def ours(upstream: str, cores: str | None, env: dict[str, str] | None = None,
     if workers > 1:
         base["PROXY_WORKERS"] = str(workers)
     return Proc(name, [PY, "-m", "proxy", "serve"], f"http://127.0.0.1:{port}", cores, base,
-                timeout=180)
+                ready_path=ready_path, timeout=180)
 
 
 def litellm_python() -> Path:

@@ -1,25 +1,41 @@
-"""A bound on in-flight upstream requests, with a bounded wait: never an unbounded queue."""
+"""A bound on in-flight upstream requests, with a bounded wait: never an unbounded queue.
+
+A request weighs as many slots as it carries prompts (a batch of 8 prompts is 8 sequences for
+vLLM). With API keys, no key holds more than its share of the slots (PROXY_TENANT_SHARE): a key
+over its share waits while other keys' requests go past it in the queue."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 from proxy.errors import TooManyRequests
 from proxy.metrics import Metrics
 
 
+@dataclass(slots=True)
+class _Waiter:
+    tenant: str
+    weight: int
+    granted: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
 class Admission:
-    def __init__(self, limit: int, max_waiting: int, timeout: float, metrics: Metrics) -> None:
+    def __init__(self, limit: int, max_waiting: int, timeout: float, metrics: Metrics,
+                 tenant_share: float = 1.0) -> None:
         self.limit = limit
         self.max_waiting = max_waiting
         self.timeout = timeout
         self.metrics = metrics
+        self.cap = max(1, math.floor(limit * tenant_share))  # slots one tenant may hold
         self.inflight = 0
-        self._waiters = 0
-        self._sem = asyncio.Semaphore(limit)
+        self.held: dict[str, int] = {}
+        self._queue: deque[_Waiter] = deque()
         self.retry_after = str(max(1, math.ceil(timeout)))
 
     def _refuse(self, why: str) -> TooManyRequests:
@@ -27,33 +43,75 @@ class Admission:
         return TooManyRequests(f"the proxy is at capacity ({self.limit} requests in flight, "
                                f"{why}); retry later", headers={"Retry-After": self.retry_after})
 
-    async def acquire(self) -> None:
-        if self._sem.locked():
-            if self._waiters >= self.max_waiting:
-                raise self._refuse(f"{self._waiters} waiting")
-            self._waiters += 1
-            self.metrics.waiting.inc()
-            try:
-                await asyncio.wait_for(self._sem.acquire(), self.timeout)
-            except TimeoutError:
-                raise self._refuse(f"no slot within {self.timeout:g} s") from None
-            finally:
-                self._waiters -= 1
-                self.metrics.waiting.dec()
-        else:
-            await self._sem.acquire()
-        self.inflight += 1
-        self.metrics.inflight.inc()
+    def weight(self, n: int) -> int:
+        """The slots a request of n prompts takes: at least 1, at most one tenant's share."""
+        return max(1, min(n, self.cap))
 
-    def release(self) -> None:
-        self.inflight -= 1
-        self.metrics.inflight.dec()
-        self._sem.release()
+    def _fits(self, tenant: str, weight: int) -> bool:
+        return (self.inflight + weight <= self.limit
+                and self.held.get(tenant, 0) + weight <= self.cap)
+
+    def _take(self, tenant: str, weight: int) -> None:
+        self.inflight += weight
+        self.held[tenant] = self.held.get(tenant, 0) + weight
+        self.metrics.inflight.inc(weight)
+
+    async def acquire(self, tenant: str = "", weight: int = 1) -> None:
+        weight = self.weight(weight)
+        # Every queued waiter is one that did not fit (release() wakes those that do), so a
+        # request that fits now takes its slot without queueing behind them.
+        if self._fits(tenant, weight):
+            self._take(tenant, weight)
+            return
+        if len(self._queue) >= self.max_waiting:
+            raise self._refuse(f"{len(self._queue)} waiting")
+        waiter = _Waiter(tenant, weight)
+        self._queue.append(waiter)
+        self.metrics.waiting.inc()
+        try:
+            async with asyncio.timeout(self.timeout):
+                await waiter.granted
+        except BaseException as exc:
+            granted = waiter.granted.done() and not waiter.granted.cancelled()
+            if not granted:
+                self._queue.remove(waiter)
+            elif isinstance(exc, TimeoutError):
+                return  # granted as the wait ran out: keep it
+            else:
+                self.release(tenant, weight)
+            if isinstance(exc, TimeoutError):
+                raise self._refuse(f"no slot within {self.timeout:g} s") from None
+            raise
+        finally:
+            self.metrics.waiting.dec()
+
+    def release(self, tenant: str = "", weight: int = 1) -> None:
+        weight = self.weight(weight)
+        self.inflight -= weight
+        left = self.held[tenant] - weight
+        if left:
+            self.held[tenant] = left
+        else:
+            del self.held[tenant]
+        self.metrics.inflight.dec(weight)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Wake, in arrival order, every waiter that now fits (skipping tenants at their cap)."""
+        for waiter in list(self._queue):
+            if self.inflight >= self.limit:
+                return
+            if waiter.granted.done():  # cancelled; its task removes it when it next runs
+                continue
+            if self._fits(waiter.tenant, waiter.weight):
+                self._queue.remove(waiter)
+                self._take(waiter.tenant, waiter.weight)
+                waiter.granted.set_result(None)
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        await self.acquire()
+    async def slot(self, tenant: str = "", weight: int = 1) -> AsyncIterator[None]:
+        await self.acquire(tenant, weight)
         try:
             yield
         finally:
-            self.release()
+            self.release(tenant, weight)

@@ -16,6 +16,7 @@ from proxy.admission import Admission
 from proxy.balancer import Balancer
 from proxy.catalog import Catalog
 from proxy.errors import ProxyError
+from proxy.guard import Guard, connection_cap, file_limit
 from proxy.handler import CompletionHandler, Deps
 from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
@@ -40,6 +41,10 @@ async def build_cache(settings: Settings, metrics: Metrics,
     return NullCache() if cache is None else cache
 
 
+def _part(total: int, workers: int) -> int:
+    return total if workers == 1 else -(-total // workers)  # ceil: 1 stays 1, 0 stays 0
+
+
 def app_from_env() -> Starlette:
     """The app of one worker process when PROXY_WORKERS > 1 (uvicorn's factory)."""
     from proxy.logs import setup_logging
@@ -56,8 +61,12 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     freeze_gc is for the server process (python -m proxy serve), never for apps in tests."""
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         metrics = Metrics()
+        # The connection guard (proxy/guard.py) finds itself in the lifespan state.
+        guard = Guard(connection_cap(settings.max_connections, file_limit()),
+                      settings.header_timeout, settings.max_connections_per_ip)
+        metrics.own.register(guard)
         client = make_client(settings, transport)
         balancer = Balancer(settings.upstreams, settings.upstream_backoff)
         upstream = Upstream(client, balancer, metrics)
@@ -73,8 +82,11 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             cache = await build_cache(settings, metrics, auto.count_sync())
             deps = Deps(settings=settings, upstream=upstream, catalog=catalog, counter=chosen,
                         cache=cache, metrics=metrics,
-                        admission=Admission(settings.max_inflight, settings.max_waiting,
-                                            settings.queue_timeout, metrics),
+                        # Each of PROXY_WORKERS processes takes its part of the whole bound.
+                        admission=Admission(_part(settings.max_inflight, settings.workers),
+                                            _part(settings.max_waiting, settings.workers),
+                                            settings.queue_timeout, metrics,
+                                            settings.tenant_share if settings.api_keys else 1.0),
                         keys=KeyRing(settings.api_keys))
             app.state.deps = deps
             app.state.handler = CompletionHandler(deps)
@@ -92,7 +104,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
                 gc.collect()
                 gc.freeze()
             try:
-                yield
+                yield {"guard": guard}
             finally:
                 await cache.aclose()
         finally:

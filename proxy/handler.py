@@ -14,11 +14,13 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import clip, openai, policy
+from proxy import clip, openai, params, policy
 from proxy.admission import Admission
+from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError
 from proxy.hedge import Hedge
+from proxy.limits import KeyLimits, parse
 from proxy.logs import access
 from proxy.metrics import Metrics
 from proxy.receive import ClientGone, KeyRing, read_body, request_id, until_disconnect
@@ -66,11 +68,18 @@ class Trace:
     cache: str = "bypass"
     upstream: str | None = None
     prompt: Any = None  # only with PROXY_LOG_PROMPTS=on
+    tenant: str = ""
+    weight: int = 1  # admission slots: the number of prompts in a batch
+    limited: bool = False  # counted in by the per-key limits (owes a leave)
 
 
 class CompletionHandler:
     def __init__(self, deps: Deps) -> None:
         self.d = deps
+        s = deps.settings
+        self.bounds = Bounds(s.max_json_depth, s.max_messages, s.max_prompts)
+        self.limits = KeyLimits(parse(s.key_limits), s.workers,
+                                lambda which: deps.metrics.key_limited.labels(which).inc())
 
     async def __call__(self, request: Request, kind: Kind) -> Response:
         trace = Trace(PATHS[kind], request_id(request), time.perf_counter())
@@ -83,6 +92,13 @@ class CompletionHandler:
         except ClientGone:
             trace.status = 499
             response = Response(status_code=499)
+        except Exception:  # a bug: answered, logged with its request id, counted; never silent
+            log.exception("unexpected error", extra={"fields": {
+                "msg": "unexpected error", "rid": trace.rid, "route": trace.route}})
+            self.d.metrics.unexpected.labels(trace.route).inc()
+            trace.status = 500
+            response = error_response(ProxyError(
+                f"internal proxy error (request id {trace.rid})"), headers)
         if not isinstance(response, RelayResponse):
             self._done(trace)
         return response
@@ -90,9 +106,13 @@ class CompletionHandler:
     async def _handle(self, request: Request, kind: Kind, trace: Trace,
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
-        tenant = d.keys.tenant(request)
-        body = openai.parse_json(await read_body(request, s.max_body_bytes))
+        tenant = trace.tenant = d.keys.tenant(request)
+        trace.limited = self.limits.enter(tenant)
+        body = await self.bounds.parse(await read_body(request, s.max_body_bytes), kind)
+        params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
         openai.validate(kind, body)
+        if kind == "completions":
+            trace.weight = prompt_count(body["prompt"])
         if s.log_prompts:
             trace.prompt = body.get("messages") if kind == "chat" else body.get("prompt")
         model = await d.catalog.resolve(body.get("model"))
@@ -102,6 +122,8 @@ class CompletionHandler:
         clipped = await clipper(body, d.counter, model.name, in_limit,
                                 s.input_overflow == "truncate")
         trace.tokens_in = clipped.input_tokens
+        if trace.limited:
+            self.limits.charge(tenant, clipped.input_tokens * trace.weight)
         if clipped.truncated:
             headers["X-Proxy-Input-Truncated"] = clipped.header()
             d.metrics.clipped.labels("input_truncated").inc()
@@ -116,7 +138,8 @@ class CompletionHandler:
         start: Callable[[], Coroutine[Any, Any, Any]] = (
             (lambda: self._open(kind, body, trace)) if stream
             else (lambda: self._fetch(kind, body, trace)))
-        hedge = Hedge(start, self._close if stream else None, d.metrics) \
+        hedge = Hedge(start, (lambda up: self._close(up, trace)) if stream else None,
+                      d.metrics) \
             if s.cache_hedge else None
         cache_control = request.headers.get("cache-control", "").lower()
         try:
@@ -148,26 +171,27 @@ class CompletionHandler:
         if not stream:
             return json_response(orjson.dumps(result.answer), headers=headers)
         events = replay_stream(replay(kind, result.answer, usage))
-        return RelayResponse(events, self._closer(trace, None), headers=_sse(headers))
+        return RelayResponse(events, self._closer(trace, None), headers=_sse(headers),
+                             **self._send_limits())
 
     async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace) -> bytes:
-        async with self.d.admission.slot():
+        async with self.d.admission.slot(trace.tenant, trace.weight):
             return await self.d.upstream.fetch("POST", PATHS[kind], orjson.dumps(body),
                                                _upstream_headers(trace))
 
     async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace) -> UpstreamStream:
         d = self.d
-        await d.admission.acquire()
+        await d.admission.acquire(trace.tenant, trace.weight)
         try:
             return await d.upstream.open("POST", PATHS[kind],
                                          orjson.dumps(policy.with_usage(body)),
                                          _upstream_headers(trace))
         except BaseException:
-            d.admission.release()
+            d.admission.release(trace.tenant, trace.weight)
             raise
 
-    async def _close(self, upstream: UpstreamStream) -> None:
-        self.d.admission.release()
+    async def _close(self, upstream: UpstreamStream, trace: Trace) -> None:
+        self.d.admission.release(trace.tenant, trace.weight)
         await upstream.aclose()
 
     async def _json(self, request: Request, kind: Kind, body: dict[str, Any],
@@ -206,7 +230,7 @@ class CompletionHandler:
         chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
 
         async def close() -> None:
-            await self._close(upstream)
+            await self._close(upstream, trace)
             if outcome.first_byte is not None:
                 d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
             if outcome.usage:
@@ -217,7 +241,12 @@ class CompletionHandler:
                 done = acc.completion() if acc is not None and outcome.finished else None
                 await (self._store(ticket, done) if done else d.cache.abandon(ticket))
 
-        return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers))
+        return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers),
+                             **self._send_limits())
+
+    def _send_limits(self) -> dict[str, Any]:
+        return {"send_timeout": self.d.settings.send_timeout,
+                "on_send_timeout": self.d.metrics.send_timeouts.inc}
 
     def _closer(self, trace: Trace, then: Any) -> Any:
         async def close() -> None:
@@ -235,6 +264,8 @@ class CompletionHandler:
             log.exception("cache store failed")
 
     def _done(self, trace: Trace) -> None:
+        if trace.limited:
+            self.limits.leave(trace.tenant, trace.tokens_out or 0)
         m = self.d.metrics
         elapsed = time.perf_counter() - trace.started
         m.requests.labels(trace.route, str(trace.status)).inc()

@@ -1,8 +1,17 @@
-"""Every Prometheus metric, defined once, in a per-app registry (tests build many apps)."""
+"""Every Prometheus metric, defined once, in a per-app registry (tests build many apps).
+
+With several workers, `python -m proxy serve` sets PROMETHEUS_MULTIPROC_DIR (a fresh temp dir)
+before they start: every worker writes its values there and a scrape of any one of them sums
+all (prometheus-client's multiprocess mode), so counters never jump back between scrapes."""
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -24,16 +33,30 @@ class Metrics:
         self.upstream_errors = Counter("proxy_upstream_errors", "Upstream failures",
                                        ["upstream", "kind"], registry=r)
         self.inflight = Gauge("proxy_inflight_requests", "Upstream requests in flight",
-                              registry=r)
+                              registry=r, multiprocess_mode="livesum")
         self.waiting = Gauge("proxy_waiting_requests", "Requests waiting for a slot",
-                             registry=r)
+                             registry=r, multiprocess_mode="livesum")
         self.rejected = Counter("proxy_admission_rejected", "Requests refused with 429",
                                 registry=r)
         self.hedged = Counter("proxy_cache_hedged",
                               "Upstream calls started while the semantic tier searched: used "
                               "(a miss) or cancelled (a hit)", ["outcome"], registry=r)
+        self.unexpected = Counter("proxy_unexpected_errors",
+                                  "Exceptions the proxy did not expect (answered 500)",
+                                  ["route"], registry=r)
+        self.send_timeouts = Counter("proxy_send_timeouts",
+                                     "Streams cut because the client read nothing for "
+                                     "PROXY_SEND_TIMEOUT seconds", registry=r)
+        self.key_limited = Counter("proxy_key_limited",
+                                   "Requests refused by a per-key limit", ["limit"], registry=r)
         self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
-                                 ["upstream"], registry=r)
+                                 ["upstream"], registry=r, multiprocess_mode="mostrecent")
+        self.own = CollectorRegistry()  # collectors of this process only (the guard's counts)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        path = os.environ.get(MULTIPROC_ENV)
+        if not path:
+            return generate_latest(self.registry) + generate_latest(self.own)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path)  # type: ignore[no-untyped-call]
+        return generate_latest(merged) + generate_latest(self.own)

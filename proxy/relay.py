@@ -3,6 +3,7 @@ JSON answers, and cached answers replayed."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 import anyio
 import orjson
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from proxy.errors import ProxyError
 from proxy.openai import JSON, error_content
@@ -102,13 +103,27 @@ class RelayResponse(StreamingResponse):
     (Starlette cancels the body iterator on disconnect, maybe before it ever started)."""
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, send_timeout: float | None = None,
+                 on_send_timeout: Callable[[], None] | None = None) -> None:
         super().__init__(content, headers=headers, media_type=SSE)
         self._on_close = on_close
+        self._send_timeout = send_timeout
+        self._on_send_timeout = on_send_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        timeout = self._send_timeout
+
+        async def bounded(message: Message) -> None:
+            # A client that stops reading fills the socket buffer; the server then blocks the
+            # send. Past the timeout the stream is cut: upstream closed, slot freed.
+            async with asyncio.timeout(timeout):
+                await send(message)
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, send if timeout is None else bounded)
+        except TimeoutError:
+            if self._on_send_timeout is not None:
+                self._on_send_timeout()
         finally:
             with anyio.CancelScope(shield=True):
                 aclose = getattr(self.body_iterator, "aclose", None)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import logging
 from typing import Any
 
 import orjson
@@ -12,9 +15,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.admin import cache_flush, cache_stats
-from proxy.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
 from proxy.handler import CompletionHandler, Deps
+from proxy.receive import request_id
 from proxy.relay import error_response, json_response
+
+log = logging.getLogger("proxy.routes")
 
 
 def _deps(request: Request) -> Deps:
@@ -47,8 +53,24 @@ async def health(request: Request) -> Response:
     return json_response(b'{"status":"ok"}')
 
 
+def _operator(request: Request, d: Deps) -> None:
+    """PROXY_METRICS_KEY, when set, guards /metrics and /ready (they name the upstreams)."""
+    key = d.settings.metrics_key
+    if not key:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    given = hashlib.sha256(token.strip().encode()).digest()  # equal lengths: no length leak
+    if not hmac.compare_digest(given, hashlib.sha256(key.encode()).digest()) \
+            or scheme.lower() != "bearer":
+        raise Unauthorized("this endpoint needs 'Authorization: Bearer <PROXY_METRICS_KEY>'")
+
+
 async def ready(request: Request) -> Response:
     d = _deps(request)
+    try:
+        _operator(request, d)
+    except ProxyError as err:
+        return error_response(err)
     backends = d.upstream.balancer.backends
     probes = await asyncio.gather(*(d.upstream.probe(b) for b in backends))
     state = d.upstream.balancer.state()
@@ -61,6 +83,10 @@ async def ready(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     d = _deps(request)
+    try:
+        _operator(request, d)
+    except ProxyError as err:
+        return error_response(err)
     for item in d.upstream.balancer.state():
         d.metrics.upstream_up.labels(item["url"]).set(1 if item["state"] == "up" else 0)
     return Response(d.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -77,7 +103,15 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def unexpected(request: Request, exc: Exception) -> Response:
-    return error_response(ProxyError("internal proxy error"))
+    rid = request_id(request)
+    route = getattr(request.scope.get("route"), "path", "other")  # bounded label values
+    log.error("unexpected error", exc_info=exc, extra={"fields": {
+        "msg": "unexpected error", "rid": rid, "route": route}})
+    deps = getattr(request.app.state, "deps", None)
+    if deps is not None:
+        deps.metrics.unexpected.labels(route).inc()
+    return error_response(ProxyError(f"internal proxy error (request id {rid})"),
+                          {"X-Request-ID": rid})
 
 
 ROUTES = [

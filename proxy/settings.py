@@ -29,7 +29,18 @@ class Settings:
     max_inflight: int = 256  # concurrent upstream requests
     max_waiting: int = 256  # requests allowed to wait for a slot
     queue_timeout: float = 2.0  # seconds a request may wait for a slot before 429
+    tenant_share: float = 0.5  # with API keys: the share of max_inflight one key may hold
+    connection_guard: bool = True  # proxy/guard.py around uvicorn's protocol (off: bare)
+    header_timeout: float = 10.0  # seconds for a request's headers to arrive (connection guard)
+    keepalive_timeout: int = 5  # seconds an idle keep-alive connection stays open
+    max_connections: int | None = None  # None: the file limit less a headroom
+    max_connections_per_ip: int | None = None  # None: no cap per client IP
+    key_limits: str | None = None  # per-key limits: inline JSON or a file (proxy/limits.py)
+    send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
     max_body_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
+    max_messages: int = 2048  # messages in one chat request
+    max_prompts: int = 64  # prompts in one completions batch
     connect_timeout: float = 5.0
     read_timeout: float = 600.0  # between two chunks from vLLM
     upstream_backoff: float = 5.0  # seconds an upstream stays marked down after a connect error
@@ -43,6 +54,7 @@ class Settings:
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
     redis_url: str | None = None
     admin_key: str | None = None
+    metrics_key: str | None = None  # when set, /metrics and /ready need it as a bearer token
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -100,7 +112,26 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max_inflight": ("PROXY_MAX_INFLIGHT", _int, "concurrent upstream requests"),
     "max_waiting": ("PROXY_MAX_WAITING", _int, "requests that may wait for a slot"),
     "queue_timeout": ("PROXY_QUEUE_TIMEOUT", _float, "seconds to wait for a slot"),
+    "tenant_share": ("PROXY_TENANT_SHARE", _float,
+                     "share of PROXY_MAX_INFLIGHT one API key may hold (0..1]"),
+    "connection_guard": ("PROXY_CONNECTION_GUARD", _onoff,
+                         "header deadline and connection caps: on | off"),
+    "header_timeout": ("PROXY_HEADER_TIMEOUT", _float,
+                       "seconds for a request's headers to arrive"),
+    "keepalive_timeout": ("PROXY_KEEPALIVE_TIMEOUT", _int,
+                          "seconds an idle keep-alive connection is kept"),
+    "max_connections": ("PROXY_MAX_CONNECTIONS", _opt_int,
+                        "open client connections (default: the file limit less 1024)"),
+    "max_connections_per_ip": ("PROXY_MAX_CONNECTIONS_PER_IP", _opt_int,
+                               "open connections per client IP (default: no cap)"),
+    "key_limits": ("PROXY_KEY_LIMITS", _opt_str,
+                   "per-key concurrent/rpm/tpm limits: JSON, inline or a file path"),
+    "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
+                     "seconds without write progress before a stream is closed"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
+    "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
+    "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
+    "max_prompts": ("PROXY_MAX_PROMPTS", _int, "prompts per completions batch"),
     "connect_timeout": ("PROXY_CONNECT_TIMEOUT", _float, "upstream connect timeout (s)"),
     "read_timeout": ("PROXY_READ_TIMEOUT", _float, "upstream read timeout (s)"),
     "upstream_backoff": ("PROXY_UPSTREAM_BACKOFF", _float, "seconds a failed upstream rests"),
@@ -114,6 +145,7 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                     "start the upstream call while the semantic tier searches: on | off"),
     "redis_url": ("PROXY_REDIS_URL", _opt_str, "Redis for the cache (unset: memory)"),
     "admin_key": ("PROXY_ADMIN_KEY", _opt_str, "key for the cache admin endpoints"),
+    "metrics_key": ("PROXY_METRICS_KEY", _opt_str, "bearer key for /metrics and /ready"),
 }
 
 
@@ -134,7 +166,16 @@ def _validate(s: Settings) -> None:
         (s.max_inflight > 0, "PROXY_MAX_INFLIGHT must be positive"),
         (s.max_waiting >= 0, "PROXY_MAX_WAITING must be >= 0"),
         (s.queue_timeout >= 0, "PROXY_QUEUE_TIMEOUT must be >= 0"),
+        (0.0 < s.tenant_share <= 1.0, "PROXY_TENANT_SHARE must be in (0, 1]"),
+        (s.send_timeout > 0, "PROXY_SEND_TIMEOUT must be positive"),
+        (s.header_timeout > 0 and s.keepalive_timeout > 0,
+         "PROXY_HEADER_TIMEOUT and PROXY_KEEPALIVE_TIMEOUT must be positive"),
+        ((s.max_connections or 1) > 0 and (s.max_connections_per_ip or 1) > 0,
+         "PROXY_MAX_CONNECTIONS(_PER_IP) must be positive"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
+        (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),
+        (s.max_messages > 0 and s.max_prompts > 0,
+         "PROXY_MAX_MESSAGES and PROXY_MAX_PROMPTS must be positive"),
         (s.connect_timeout > 0 and s.read_timeout > 0, "timeouts must be positive"),
         (s.upstream_backoff >= 0, "PROXY_UPSTREAM_BACKOFF must be >= 0"),
         (s.log_level in ("debug", "info", "warning", "error"), "PROXY_LOG_LEVEL: bad level"),

@@ -20,6 +20,7 @@ from proxy.types import TextCounter
 log = logging.getLogger("proxy.tokens")
 T = TypeVar("T")
 INLINE_CHARS = 4096  # inputs larger than this are tokenized off the event loop
+MESSAGE_CHARS = 32  # what one message weighs in that guess beyond its text (role, template)
 
 Messages = list[dict[str, Any]]
 
@@ -75,7 +76,7 @@ class LocalCounter:
                                  param="messages") from None
             # what tokenize=True does: the template writes the special tokens itself
             return self._count(str(text), False)
-        return await self._run(_size(messages), work)
+        return await self._run(_size(messages, tools), work)
 
     async def count_text(self, model: str, text: str) -> int:
         return await self._run(len(text), lambda: self._count(text, True))
@@ -121,8 +122,12 @@ class RemoteCounter:
         return str((await self._post("/detokenize", {"model": model, "tokens": kept}))["prompt"])
 
 
-def _size(messages: Messages) -> int:
-    total = 0
+def _size(messages: Messages, tools: list[Any] | None = None) -> int:
+    """A guess at the work of templating and tokenizing: text, plus each message's own cost
+    (100k empty messages are seconds of template work), plus the tools' JSON."""
+    total = MESSAGE_CHARS * len(messages)
+    if tools:
+        total += len(orjson.dumps(tools))
     for m in messages:
         content = m.get("content")
         if isinstance(content, str):

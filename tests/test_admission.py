@@ -45,3 +45,64 @@ async def test_no_waiting_at_all():
     await adm.acquire()
     with pytest.raises(TooManyRequests):
         await adm.acquire()
+
+
+async def _pending(task: asyncio.Future[None]) -> bool:
+    for _ in range(5):
+        await asyncio.sleep(0)
+    return not task.done()
+
+
+async def test_a_tenant_holds_no_more_than_its_share_and_others_pass_it():
+    adm = Admission(limit=4, max_waiting=10, timeout=30, metrics=Metrics(), tenant_share=0.5)
+    await adm.acquire("b")
+    await adm.acquire("b")
+    b3 = asyncio.ensure_future(adm.acquire("b"))  # over b's share of 2: waits
+    assert await _pending(b3)
+    await adm.acquire("a")  # a is served although b queued first
+    assert adm.held == {"a": 1, "b": 2}
+    adm.release("b")
+    await b3
+    assert adm.held == {"a": 1, "b": 2} and adm.inflight == 3
+
+
+async def test_a_waiting_tenant_over_its_share_does_not_block_the_queue():
+    adm = Admission(limit=2, max_waiting=10, timeout=30, metrics=Metrics(), tenant_share=0.5)
+    await adm.acquire("b")
+    await adm.acquire("a")
+    b2 = asyncio.ensure_future(adm.acquire("b"))
+    a2 = asyncio.ensure_future(adm.acquire("a"))
+    assert await _pending(b2) and await _pending(a2)
+    adm.release("a")  # the free slot goes to a (b is at its share), past b's earlier request
+    await a2
+    assert await _pending(b2)
+    adm.release("b")
+    await b2
+    assert adm.held == {"a": 1, "b": 1}
+
+
+async def test_a_batch_weighs_its_prompts_up_to_the_share():
+    adm = Admission(limit=8, max_waiting=10, timeout=30, metrics=Metrics(), tenant_share=0.5)
+    await adm.acquire("a", weight=3)
+    assert adm.inflight == 3
+    await adm.acquire("b", weight=100)  # capped at the share: 4
+    assert adm.inflight == 7
+    late = asyncio.ensure_future(adm.acquire("c", weight=2))
+    assert await _pending(late)
+    adm.release("a", weight=3)
+    await late
+    assert adm.held == {"b": 4, "c": 2}
+
+
+async def test_a_cancelled_waiter_leaves_no_slot_behind():
+    adm = Admission(limit=1, max_waiting=10, timeout=30, metrics=Metrics())
+    await adm.acquire()
+    waiter = asyncio.ensure_future(adm.acquire())
+    assert await _pending(waiter)
+    waiter.cancel()
+    adm.release()  # before the cancelled task has run again
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert adm.inflight == 0 and adm.held == {}
+    await adm.acquire()
+    assert adm.inflight == 1

@@ -249,10 +249,14 @@ def test_deeply_nested_json_is_400(proxy: Harness) -> None:
 
 
 def test_huge_messages_array_and_giant_strings(proxy: Harness) -> None:
-    many = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}] * 5_000}
+    many = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}] * 2_000}
     r = post(proxy, POSTS[0], orjson.dumps(many), "application/json")
     check(r)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    many["messages"] *= 3  # past PROXY_MAX_MESSAGES: refused before any tokenizing
+    r = post(proxy, POSTS[0], orjson.dumps(many), "application/json")
+    check(r)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_many_items"
     giant = {"model": "tiny", "prompt": "word " * 50_000}
     r = post(proxy, POSTS[1], orjson.dumps(giant), "application/json")
     check(r)
@@ -284,3 +288,23 @@ def test_wrong_content_types_never_5xx(proxy: Harness) -> None:
         check(post(proxy, POSTS[0], body, ctype))
     check(post(proxy, POSTS[0], b"messages=hi&model=tiny", "application/x-www-form-urlencoded"))
     check(post(proxy, POSTS[0], "{}".encode("utf-16"), "application/json"))
+
+
+@settings(max_examples=max(50, N // 4), deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(path=st.sampled_from(POSTS), field=st.sampled_from(
+           ["messages", "prompt", "tools", "stop", "metadata", "response_format", "n"]),
+       depth=st.integers(min_value=1, max_value=1100),
+       opens=st.lists(st.sampled_from([b"[", b'{"k":']), min_size=1, max_size=3))
+def test_deep_json_in_any_field(proxy: Harness, path: str, field: str, depth: int,
+                                opens: list[bytes]) -> None:
+    """Nesting up to past orjson's own parse limit (1024), in any field: never a 500."""
+    head = b"".join(opens[i % len(opens)] for i in range(depth))
+    tail = b"".join(b"]" if o == b"[" else b"}" for o in reversed(
+        [opens[i % len(opens)] for i in range(depth)]))
+    base = b'{"model":"tiny","messages":[{"role":"user","content":"hi"}],"prompt":"hi",'
+    r = post(proxy, path, base + b'"' + field.encode() + b'":' + head + b"1" + tail + b"}",
+             "application/json")
+    check(r)
+    if depth > 64:
+        assert r.status_code == 400

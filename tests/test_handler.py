@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -29,7 +30,7 @@ async def test_greedy_is_forced_and_other_fields_pass_through():
     fake = FakeVllm()
     async with proxy_client(settings(), transport=fake.transport) as c:
         r = await c.post("/v1/chat/completions", json={
-            **CHAT, "temperature": 1.8, "top_p": 0.5, "top_k": 40, "n": 3, "seed": 7,
+            **CHAT, "temperature": 1.8, "top_p": 0.5, "top_k": 40, "n": 1, "seed": 7,
             "stop": ["x"], "presence_penalty": 0.1, "user": "u1"})
     assert r.status_code == 200
     sent = fake.completions()[-1].json
@@ -157,13 +158,13 @@ BAD_BODIES: list[tuple[bytes, int]] = [
     (b'{"model": 5, "messages": [{"role": "user", "content": "hi"}]}', 400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}',
      400),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "9"}',
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "x9"}',
      400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e400}',
      400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
      b'"max_tokens": 100000000000000000000000000}', 400),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}',
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": "maybe"}',
      400),
     (b'{"model": "nope", "messages": [{"role": "user", "content": "hi"}]}', 404),
 ]
@@ -336,3 +337,67 @@ async def test_upstream_200_that_is_not_json_is_a_502():
     async with proxy_client(settings(), transport=httpx.MockTransport(handle)) as c:
         r = await c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 502 and r.json()["error"]["code"] == "bad_gateway"
+
+
+class _BrokenCounter:
+    async def count_chat(self, model: str, messages: Any, tools: Any = None) -> int:
+        raise RuntimeError("a bug in a dependency")
+
+    async def count_text(self, model: str, text: str) -> int:
+        raise RuntimeError("a bug in a dependency")
+
+    async def tail(self, model: str, text: str, n_tokens: int) -> str:
+        raise RuntimeError("a bug in a dependency")
+
+
+async def test_an_unexpected_exception_is_answered_logged_and_counted(caplog):
+    fake = FakeVllm()
+    caplog.set_level("INFO")
+    async with proxy_client(settings(), transport=fake.transport,
+                            counter=_BrokenCounter()) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "rid-42"})
+        scrape = (await c.get("/metrics")).text
+    assert r.status_code == 500 and "rid-42" in r.json()["error"]["message"]
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert r.headers["X-Request-ID"] == "rid-42"
+    errors = [rec for rec in caplog.records if rec.name == "proxy.handler"]
+    assert errors and errors[0].exc_info and errors[0].fields["rid"] == "rid-42"
+    access = [rec.fields for rec in caplog.records if rec.name == "proxy.access"]
+    assert access[0]["rid"] == "rid-42" and access[0]["status"] == 500
+    assert 'proxy_unexpected_errors_total{route="/v1/chat/completions"} 1.0' in scrape
+    assert 'proxy_requests_total{route="/v1/chat/completions",status="500"} 1.0' in scrape
+
+
+async def test_what_vllm_accepts_is_accepted_and_coerced():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": "5",
+                                                       "stream": 0, "temperature": "0.3"})
+    assert r.status_code == 200, r.text
+    sent = fake.completions()[-1].json
+    assert sent["max_tokens"] == 5 and sent["stream"] is False
+
+
+async def test_n_above_one_with_greedy_is_a_clear_400():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "n": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert "greedy decoding" in r.json()["error"]["message"]
+    assert fake.completions() == []
+
+
+async def test_a_batch_holds_one_admission_slot_per_prompt():
+    fake = FakeVllm(gate=asyncio.Event())
+    async with proxy_client(settings(max_inflight=4, queue_timeout=0.2),
+                            transport=fake.transport) as c:
+        batch = asyncio.ensure_future(c.post("/v1/completions", json={
+            "model": "tiny", "prompt": ["a", "b", "c"], "max_tokens": 2}))
+        await fake.arrived(1, "/v1/completions")
+        two = await c.post("/v1/completions", json={"model": "tiny", "prompt": ["a", "b"]})
+        one = asyncio.ensure_future(c.post("/v1/completions", json={"model": "tiny",
+                                                                   "prompt": "a"}))
+        await fake.arrived(2, "/v1/completions")  # 3 + 1 slots: the single prompt fits
+        fake.gate.set()
+        assert (await batch).status_code == 200 and (await one).status_code == 200
+    assert two.status_code == 429  # 3 + 2 > 4

