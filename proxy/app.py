@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.lowlevel
-import httpx
 from starlette.applications import Starlette
 
 from proxy.admission import Admission
@@ -24,8 +23,9 @@ from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
 from proxy.settings import Settings
 from proxy.tokens import AutoCounter, TokenCounter
+from proxy.transport import Transport
 from proxy.types import AnswerCache, TextCounter
-from proxy.upstream import Upstream, make_client
+from proxy.upstream import Upstream, make_transport
 
 log = logging.getLogger("proxy.app")
 
@@ -55,9 +55,9 @@ def app_from_env() -> Starlette:
     return create_app(settings, freeze_gc=True)
 
 
-def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None,
+def create_app(settings: Settings, *, transport: Transport | None = None,
                counter: TokenCounter | None = None, freeze_gc: bool = False) -> Starlette:
-    """transport and counter are for tests (an httpx MockTransport, a fake tokenizer);
+    """transport and counter are for tests (a fake vLLM, a fake tokenizer);
     freeze_gc is for the server process (python -m proxy serve), never for apps in tests."""
 
     @asynccontextmanager
@@ -67,9 +67,8 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
         guard = Guard(connection_cap(settings.max_connections, file_limit()),
                       settings.header_timeout, settings.max_connections_per_ip)
         metrics.own.register(guard)
-        client = make_client(settings, transport)
         balancer = Balancer(settings.upstreams, settings.upstream_backoff)
-        upstream = Upstream(client, balancer, metrics)
+        upstream = Upstream(transport or make_transport(settings), balancer, metrics)
         auto = AutoCounter(upstream.fetch, settings.tokenizer)
         catalog = Catalog(upstream, on_models=auto.on_models if counter is None else None)
         try:
@@ -108,7 +107,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             finally:
                 await cache.aclose()
         finally:
-            await client.aclose()
+            await upstream.aclose()
 
     extra: dict[str, Any] = {}
     return Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan,

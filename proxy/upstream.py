@@ -1,75 +1,56 @@
-"""The httpx seam: forward (JSON), stream, cancel. httpx errors become our errors HERE only."""
+"""The upstream client: pick a backend, send, fail over on connect errors, cancel by closing.
+
+Bytes move through a `Transport` (proxy/transport.py: aiohttp in production, a fake in tests);
+this module adds what is vLLM-specific: the balancer, passive health, error statuses carrying
+vLLM's own body, and the in-flight count per backend.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
-import httpx
-
-from proxy.aiotransport import RAW_BODY, AiohttpTransport
 from proxy.balancer import Backend, Balancer
-from proxy.errors import (
-    BadGateway,
-    UpstreamError,
-    UpstreamHTTPError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamUnavailable
 from proxy.metrics import Metrics
 from proxy.settings import Settings
-
-_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
-
-
-def make_client(settings: Settings,
-                transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    timeout = httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
-                            write=settings.read_timeout, pool=settings.queue_timeout + 30.0)
-    limits = httpx.Limits(max_connections=settings.max_inflight + 32,
-                          max_keepalive_connections=settings.max_inflight + 32,
-                          keepalive_expiry=4.0)  # below uvicorn's (vLLM's) 5 s keep-alive
-    if transport is None:  # aiohttp moves the bytes: httpcore's pool cost 3x the CPU
-        transport = AiohttpTransport(settings.max_inflight + 32, 4.0, settings.connect_timeout,
-                                     settings.read_timeout, settings.queue_timeout + 30.0)
-    return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False, transport=transport,
-                             headers={"accept-encoding": "identity"})
+from proxy.transport import AiohttpTransport, Limits, Reply, Transport
 
 
-def translate(exc: httpx.HTTPError, url: str) -> UpstreamError:
-    if isinstance(exc, _CONNECT_ERRORS):
-        return UpstreamUnavailable(f"the upstream {url} is unreachable: {type(exc).__name__}")
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout(f"the upstream {url} timed out: {type(exc).__name__}")
-    return BadGateway(f"the upstream {url} failed: {type(exc).__name__}")
+def limits(settings: Settings) -> Limits:
+    return Limits(connect=settings.connect_timeout, read=settings.read_timeout,
+                  pool=settings.queue_timeout + 30.0, connections=settings.max_inflight + 32,
+                  keepalive=4.0)  # below uvicorn's (vLLM's) 5 s keep-alive
+
+
+def make_transport(settings: Settings) -> Transport:
+    return AiohttpTransport(limits(settings))
 
 
 class UpstreamStream:
     """An open upstream response whose body is relayed chunk by chunk; aclose() cancels it."""
 
-    def __init__(self, backend: Backend, response: httpx.Response) -> None:
+    def __init__(self, backend: Backend, reply: Reply) -> None:
         self.backend = backend
-        self.response = response
+        self.reply = reply
+        self.status = reply.status
         self._open = True
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        # aiohttp's body straight (AiohttpTransport hands it over), past httpx's per-chunk layers
-        raw: AsyncIterable[bytes] | None = self.response.extensions.get(RAW_BODY)
-        try:
-            async for chunk in raw if raw is not None else self.response.aiter_raw():
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise translate(exc, self.backend.url) from None
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self.reply.chunks()
+
+    async def read(self) -> bytes:
+        return await self.reply.read()
 
     async def aclose(self) -> None:
         if self._open:
             self._open = False
             self.backend.inflight -= 1
-            await self.response.aclose()
+            self.reply.close()
 
 
 class Upstream:
-    def __init__(self, client: httpx.AsyncClient, balancer: Balancer, metrics: Metrics) -> None:
-        self.client = client
+    def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics) -> None:
+        self.transport = transport
         self.balancer = balancer
         self.metrics = metrics
 
@@ -83,57 +64,63 @@ class Upstream:
             tried += (backend,)
             backend.inflight += 1
             try:
-                request = self.client.build_request(method, backend.url + path, content=content,
-                                                    headers=headers)
-                response = await self.client.send(request, stream=True)
-            except httpx.HTTPError as exc:
+                reply = await self.transport.request(method, backend.url + path, content,
+                                                     headers or {})
+            except UpstreamError as exc:
                 backend.inflight -= 1
-                last = translate(exc, backend.url)
-                self.metrics.upstream_errors.labels(backend.url, type(last).__name__).inc()
-                if isinstance(exc, _CONNECT_ERRORS):
-                    self.balancer.mark_down(backend, type(exc).__name__)
+                last = exc
+                self.metrics.upstream_errors.labels(backend.url, type(exc).__name__).inc()
+                if isinstance(exc, UpstreamUnavailable):
+                    self.balancer.mark_down(backend, str(exc))
                     continue
-                raise last from None
+                raise
             except BaseException:
                 backend.inflight -= 1
                 raise
             self.balancer.mark_up(backend)
-            stream = UpstreamStream(backend, response)
-            if response.status_code >= 400:
+            stream = UpstreamStream(backend, reply)
+            if reply.status >= 400:
                 await self._raise_status(stream)
             return stream
         raise last
 
     async def _raise_status(self, stream: UpstreamStream) -> None:
         try:
-            content = await stream.response.aread()
-        except httpx.HTTPError:
+            content = await stream.read()
+        except UpstreamError:
             content = b""
         finally:
             await stream.aclose()
-        status = stream.response.status_code
-        if status >= 500:
-            self.metrics.upstream_errors.labels(stream.backend.url, f"http_{status}").inc()
-        raise UpstreamHTTPError(status, content)
+        if stream.status >= 500:
+            self.metrics.upstream_errors.labels(stream.backend.url, f"http_{stream.status}").inc()
+        raise UpstreamHTTPError(stream.status, content)
 
     async def fetch(self, method: str, path: str, content: bytes | None = None,
                     headers: Mapping[str, str] | None = None) -> bytes:
         """A whole (non-streaming) answer; cancelling the caller cancels the upstream request."""
         stream = await self.open(method, path, content, headers)
         try:
-            return await stream.response.aread()
-        except httpx.HTTPError as exc:
-            raise translate(exc, stream.backend.url) from None
+            return await stream.read()
         finally:
             await stream.aclose()
 
     async def probe(self, backend: Backend, wait: float = 2.0) -> bool:
         try:
-            response = await self.client.get(backend.url + "/health", timeout=wait)
-        except httpx.HTTPError as exc:
+            reply = await self.transport.request("GET", backend.url + "/health", None, {},
+                                                 wait=wait)
+        except UpstreamError as exc:
             self.balancer.mark_down(backend, type(exc).__name__)
             return False
-        if response.status_code == 200:
+        try:
+            await reply.read()
+        except UpstreamError:
+            return False
+        finally:
+            reply.close()
+        if reply.status == 200:
             self.balancer.mark_up(backend)
             return True
         return False
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

@@ -1,4 +1,3 @@
-import httpx
 import pytest
 
 from proxy.balancer import Balancer
@@ -10,8 +9,7 @@ from tests.support.fake_upstream import FakeVllm
 
 
 def catalog(fake: FakeVllm, **kw) -> Catalog:
-    client = httpx.AsyncClient(transport=fake.transport)
-    return Catalog(Upstream(client, Balancer(("http://v:1",), 1), Metrics()), **kw)
+    return Catalog(Upstream(fake.transport, Balancer(("http://v:1",), 1), Metrics()), **kw)
 
 
 def test_parse_models():

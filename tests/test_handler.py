@@ -1,4 +1,4 @@
-"""The completion flow end to end against a fake vLLM (MockTransport): fast, no model."""
+"""The completion flow end to end against a fake vLLM (in memory, at the transport seam): fast."""
 
 from __future__ import annotations
 
@@ -325,16 +325,16 @@ async def test_access_log_has_no_prompt_text_unless_asked(caplog):
 
 
 async def test_upstream_200_that_is_not_json_is_a_502():
-    import httpx
+    from tests.support.fake_upstream import FakeReply, FakeTransport
 
     fake = FakeVllm()
 
-    async def handle(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("completions"):
-            return httpx.Response(200, content=b"<html>proxy error page</html>")
-        return await fake.handle(request)
+    async def handle(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        if url.endswith("completions"):
+            return FakeReply(200, b"<html>proxy error page</html>")
+        return await fake.handle(method, url, headers, body)
 
-    async with proxy_client(settings(), transport=httpx.MockTransport(handle)) as c:
+    async with proxy_client(settings(), transport=FakeTransport(handle)) as c:
         r = await c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 502 and r.json()["error"]["code"] == "bad_gateway"
 

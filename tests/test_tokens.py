@@ -1,10 +1,10 @@
-import httpx
 import pytest
 
 from proxy.balancer import Balancer
 from proxy.metrics import Metrics
+from proxy.settings import Settings
 from proxy.tokens import AutoCounter, RemoteCounter, load_local
-from proxy.upstream import Upstream
+from proxy.upstream import Upstream, make_transport
 
 pytestmark = pytest.mark.vllm
 
@@ -17,9 +17,13 @@ CHATS = [
 TEXTS = ["hi", "the river and the mountain " * 20, "ünïcödé 🙂 {\"json\": true}"]
 
 
+def upstream(vllm) -> Upstream:
+    transport = make_transport(Settings(upstreams=(vllm.url,)))
+    return Upstream(transport, Balancer((vllm.url,), 1.0), Metrics())
+
+
 def remote(vllm) -> RemoteCounter:
-    client = httpx.AsyncClient()
-    return RemoteCounter(Upstream(client, Balancer((vllm.url,), 1.0), Metrics()).fetch)
+    return RemoteCounter(upstream(vllm).fetch)
 
 
 async def test_local_counts_equal_vllms(vllm):
@@ -39,8 +43,7 @@ async def test_tail_keeps_the_last_tokens(vllm):
 
 
 async def test_auto_counter_discovers_the_local_tokenizer(vllm, tmp_path):
-    auto = AutoCounter(Upstream(httpx.AsyncClient(), Balancer((vllm.url,), 1.0), Metrics()).fetch,
-                       None)
+    auto = AutoCounter(upstream(vllm).fetch, None)
     await auto.discover(str(tmp_path / "missing"))
     assert auto.source == "remote" and auto.count_sync() is None
     await auto.discover(str(vllm.model_dir))

@@ -1,26 +1,16 @@
-import httpx
 import pytest
 
 from proxy.balancer import Balancer
-from proxy.errors import BadGateway, UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import UpstreamHTTPError, UpstreamUnavailable
 from proxy.metrics import Metrics
-from proxy.upstream import Upstream, translate
+from proxy.upstream import Upstream
 from tests.support.fake_upstream import FakeVllm
 
 A, B = "http://a:1", "http://b:2"
 
 
 def upstream(fake: FakeVllm, *urls: str) -> Upstream:
-    client = httpx.AsyncClient(transport=fake.transport)
-    return Upstream(client, Balancer(urls or (A,), backoff=60), Metrics())
-
-
-def test_translate_maps_httpx_errors_once():
-    req = httpx.Request("GET", A)
-    assert isinstance(translate(httpx.ConnectError("x", request=req), A), UpstreamUnavailable)
-    assert isinstance(translate(httpx.ConnectTimeout("x", request=req), A), UpstreamUnavailable)
-    assert isinstance(translate(httpx.ReadTimeout("x", request=req), A), UpstreamTimeout)
-    assert isinstance(translate(httpx.RemoteProtocolError("x", request=req), A), BadGateway)
+    return Upstream(fake.transport, Balancer(urls or (A,), backoff=60), Metrics())
 
 
 async def test_error_status_keeps_vllms_body():

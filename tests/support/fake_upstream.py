@@ -1,14 +1,19 @@
-"""A fake vLLM for fast tests: an httpx MockTransport that answers like vLLM's OpenAI server.
+"""A fake vLLM for fast tests, answering like vLLM's OpenAI server, in two ways:
 
     fake = FakeVllm()
-    app = create_app(settings, transport=fake.transport)
+    app = create_app(settings, transport=fake.transport)   # in memory, at the proxy's seam
+    async with fake.served() as url: ...                     # for real, on a loopback port
     ... fake.requests[-1].json  # what the proxy sent upstream
 
+`transport` implements proxy.transport.Transport, raising the errors the real transport
+raises; `served()` puts the same answers behind a real HTTP server, so the production
+transport (aiohttp) is tested in-process too (tests/test_transport.py).
+
 Answers are deterministic: the text is "w0 w1 w2 ..." up to max_tokens (default 16). Knobs:
-`fail_with` (status, body) answers every completion with that error; `connect_error` raises
-httpx.ConnectError for the listed base URLs; `read_timeout` raises httpx.ReadTimeout;
-`stream_error_after` (n events) breaks a stream mid-way with httpx.ReadError; `gate` (an
-asyncio.Event) holds completions until it is set.
+`fail_with` (status, body) answers every completion with that error; `connect_error` refuses
+the listed base URLs; `read_timeout` makes completions time out (served: never answer);
+`stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
+completions until it is set.
 """
 
 from __future__ import annotations
@@ -16,11 +21,59 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import uvicorn
+
+from deploy.net import free_port
+from proxy.errors import BadGateway, UpstreamTimeout, UpstreamUnavailable
+
+
+class FakeReply:
+    """What the fake answers: a status and a body (bytes, or events that may break)."""
+
+    def __init__(self, status: int, content: bytes = b"", *, json_body: Any = None,
+                 events: list[bytes] | None = None, break_after: int | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        self.status = status
+        self.content = json.dumps(json_body).encode() if json_body is not None else content
+        self.events = events
+        self.break_after = break_after
+        self.headers = dict(headers or {"content-type": "application/json"})
+        self.closed = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self.events is None:
+            yield self.content
+            return
+        for i, ev in enumerate(self.events):
+            if self.break_after is not None and i >= self.break_after:
+                raise BadGateway("the upstream fake failed: connection reset")
+            yield ev
+
+    async def read(self) -> bytes:
+        return b"".join([c async for c in self.chunks()])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeTransport:
+    """proxy.transport.Transport over a FakeVllm (or any async handler), in memory."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def request(self, method: str, url: str, content: bytes | None,
+                      headers: Mapping[str, str], wait: float | None = None) -> FakeReply:
+        reply: FakeReply = await self.handle(method, url, dict(headers), content or b"")
+        return reply
+
+    async def aclose(self) -> None:
+        return None
 
 
 @dataclass
@@ -48,8 +101,45 @@ class FakeVllm:
     gate: asyncio.Event | None = None  # completions wait for it (to hold requests in flight)
 
     @property
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
+    def transport(self) -> FakeTransport:
+        return FakeTransport(self.handle)
+
+    @asynccontextmanager
+    async def served(self) -> AsyncIterator[str]:
+        """The same answers from a real HTTP server (uvicorn) on a free loopback port."""
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(self._asgi, host="127.0.0.1", port=port,
+                                               log_config=None, access_log=False,
+                                               lifespan="off", interface="asgi3",
+                                               timeout_graceful_shutdown=1))
+        task = asyncio.create_task(server.serve())
+        while not server.started:  # noqa: ASYNC110 (uvicorn offers no event to wait on)
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            await task
+
+    async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        url = f"http://{headers.get('host', 'fake')}{scope['path']}"
+        if self.read_timeout and scope["path"].endswith("completions"):
+            await asyncio.Event().wait()  # never answers: the client's read timeout fires
+        reply = await self.handle(scope["method"], url, headers, body)
+        await send({"type": "http.response.start", "status": reply.status,
+                    "headers": [(k.encode(), v.encode()) for k, v in reply.headers.items()]})
+        async for chunk in reply.chunks():  # a break raises: uvicorn drops the connection
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
 
     _arrived: asyncio.Condition | None = None
 
@@ -62,20 +152,20 @@ class FakeVllm:
     def completions(self, path: str = "/v1/chat/completions") -> list[Seen]:
         return [r for r in self.requests if r.url.endswith(path)]
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        body = await request.aread()
-        base = f"{request.url.scheme}://{request.url.netloc.decode()}"
+    async def handle(self, method: str, url: str, headers: dict[str, str],
+                     body: bytes) -> FakeReply:
+        base = "/".join(url.split("/", 3)[:3])
         if base in self.connect_error:
-            raise httpx.ConnectError("connection refused", request=request)
-        self.requests.append(Seen(request.method, str(request.url), dict(request.headers), body))
+            raise UpstreamUnavailable(f"the upstream {base} is unreachable: connection refused")
+        self.requests.append(Seen(method, url, headers, body))
         self._arrived = self._arrived or asyncio.Condition()
         async with self._arrived:
             self._arrived.notify_all()
-        path = request.url.path
+        path = "/" + url.split("/", 3)[3].split("?")[0] if url.count("/") >= 3 else "/"
         if path == "/health":
-            return httpx.Response(200)
+            return FakeReply(200)
         if path == "/v1/models":
-            return httpx.Response(200, json={"object": "list", "data": [
+            return FakeReply(200, json_body={"object": "list", "data": [
                 {"id": self.model, "object": "model", "root": self.root,
                  "max_model_len": self.max_model_len}]})
         if path == "/tokenize":
@@ -83,26 +173,27 @@ class FakeVllm:
             text = data.get("prompt") or " ".join(
                 str(m.get("content")) for m in data.get("messages", []))
             tokens = list(range(len(text.split())))
-            return httpx.Response(200, json={"count": len(tokens), "tokens": tokens,
+            return FakeReply(200, json_body={"count": len(tokens), "tokens": tokens,
                                              "max_model_len": self.max_model_len})
         if path in ("/v1/chat/completions", "/v1/completions"):
             if self.gate is not None:
                 await self.gate.wait()
             if self.read_timeout:
-                raise httpx.ReadTimeout("timed out", request=request)
+                raise UpstreamTimeout(f"the upstream {base} timed out: read timed out")
             if self.fail_with is not None:
-                return httpx.Response(self.fail_with[0], json=self.fail_with[1])
+                return FakeReply(self.fail_with[0], json_body=self.fail_with[1])
             data = json.loads(body)
             if data.get("model") != self.model:
-                return httpx.Response(404, json={"error": {
+                return FakeReply(404, json_body={"error": {
                     "message": f"The model `{data.get('model')}` does not exist.",
                     "type": "NotFoundError", "param": "model", "code": 404}})
             chat = path.endswith("chat/completions")
             if data.get("stream"):
-                return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                                      content=self._chunks(self._sse(data, chat), request))
-            return httpx.Response(200, json=self._json(data, chat))
-        return httpx.Response(404, json={"detail": "Not Found"})
+                return FakeReply(200, events=self._sse(data, chat),
+                                 break_after=self.stream_error_after,
+                                 headers={"content-type": "text/event-stream"})
+            return FakeReply(200, json_body=self._json(data, chat))
+        return FakeReply(404, json_body={"detail": "Not Found"})
 
     def words(self, data: dict[str, Any]) -> list[str]:
         n = data.get("max_tokens") or data.get("max_completion_tokens") or 16
@@ -140,9 +231,3 @@ class FakeVllm:
                 "total_tokens": 5 + len(words)}})
         return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [
             b"data: [DONE]\n\n"]
-
-    async def _chunks(self, events: list[bytes], request: httpx.Request) -> AsyncIterator[bytes]:
-        for i, ev in enumerate(events):
-            if self.stream_error_after is not None and i >= self.stream_error_after:
-                raise httpx.ReadError("connection reset", request=request)
-            yield ev
