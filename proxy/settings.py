@@ -37,7 +37,7 @@ class Settings:
     log_prompts: bool = False
     # The answer cache (proxy/cache/).
     cache: str = "semantic"  # off | exact | semantic
-    cache_threshold: float = 0.80  # cosine floor; the verifier does the rest (README: measured)
+    cache_threshold: float = 0.50  # cosine floor; the learned judge decides (docs/cache.md)
     cache_ttl: float = 3600.0
     cache_max_entries: int = 10000
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
