@@ -28,10 +28,16 @@ def _judge() -> Judge:
     return Judge.open(0.01)
 
 
-def judge(rate: float = 0.01) -> Judge:
-    """A judge over the committed model, sharing one ONNX session per test session."""
+def judge(rate: float = 0.01, threshold: float | None = 3.0) -> Judge:
+    """A judge over the committed model, sharing one ONNX session per test session.
+
+    The lookup tests test the wiring, not the calibration: they fix the logit threshold
+    (None: the one calibrated for `rate`)."""
     j = _judge()
-    return Judge(j.session, j.tokenizer, j.rows, rate, j.max_tokens, j.floor)
+    out = Judge(j.session, j.tokenizer, j.rows, rate, j.max_tokens, j.floor)
+    if threshold is not None:
+        out.threshold = threshold
+    return out
 
 
 def chat(text: str, *, tenant: str = "", max_tokens: int | None = 16, model: str = "tiny",

@@ -35,11 +35,13 @@ def test_table_counts_hits_and_false_hits() -> None:
         (0.75, 2, 0), (0.5, 3, 1), (0.1, 4, 1)]
 
 
-def test_pick_stops_at_the_first_threshold_over_the_rate() -> None:
+def test_pick_tests_thresholds_from_the_top_and_stops_at_the_first_failure() -> None:
     rows = [Row(3.0, 100, 0, 0.03), Row(2.0, 400, 0, 0.007), Row(1.0, 500, 1, 0.009),
             Row(0.0, 600, 9, 0.02), Row(-1.0, 700, 2, 0.008)]
-    # the highest threshold is already over the rate: no threshold can promise it
-    assert pick(rows, 0.01) == math.inf
-    assert pick(rows[1:], 0.01) == 1.0  # -1.0 is under the rate, but 0.0 above it is not
-    assert pick(rows[1:], 0.05) == -1.0
-    assert pick([Row(5.0, 0, 0, 1.0), *rows[1:3]], 0.01) == 1.0  # no hits: no evidence yet
+    # at 1 %, 3.0's 100 hits are too few to ever show it (299 needed): the sequence starts at
+    # 2.0; -1.0 is under the rate again, but 0.0 above it failed
+    assert pick(rows, 0.01) == 1.0
+    assert pick(rows, 0.05) == -1.0  # 59 hits needed: all are tested, all pass
+    assert pick([Row(2.0, 400, 10, 0.04), *rows[2:]], 0.01) == math.inf  # the first fails
+    assert pick([Row(5.0, 0, 0, 1.0), *rows[1:3]], 0.01) == 1.0  # no hits: no evidence
+    assert pick(rows[:1], 0.01) == math.inf  # never enough hits

@@ -76,12 +76,22 @@ def table(scores: Sequence[float], same: Sequence[bool], thresholds: Sequence[fl
     return rows
 
 
-def pick(rows: Sequence[Row], rate: float) -> float:
-    """The lowest threshold whose bound (and every higher one's) is within `rate`; +inf when
-    none is (no threshold on the calibration set can promise that rate: nothing passes)."""
+def pick(rows: Sequence[Row], rate: float, confidence: float = 0.95) -> float:
+    """The lowest threshold whose bound, and every higher tested threshold's, is within `rate`;
+    +inf when none is (no threshold on the calibration set can promise that rate).
+
+    Thresholds are tested from the highest down and the first failure stops the sequence
+    (fixed-sequence testing: the order is fixed before the labels are looked at, so the 95 %
+    holds for the threshold chosen). The sequence starts at the first threshold with enough
+    hits for the bound to reach `rate` at all (zero false hits in n: 1 - 0.05^(1/n) <= rate,
+    n >= 299 at 1 %); the hit counts depend on the scores only, not on the labels.
+    """
+    need = math.ceil(math.log(1 - confidence) / math.log(1 - rate))
     chosen = math.inf
     for row in sorted(rows, key=lambda r: -r.threshold):
-        if row.hits and row.upper > rate:
+        if row.hits < need:
+            continue
+        if row.upper > rate:
             break
         chosen = row.threshold
     return chosen

@@ -14,7 +14,7 @@ EMBED_BACKENDS = ("onnx", "torch")
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
     mode: str = "semantic"  # PROXY_CACHE
-    threshold: float = 0.5  # PROXY_CACHE_THRESHOLD: cosine floor for the judge's candidates
+    threshold: float = 0.4  # PROXY_CACHE_THRESHOLD: cosine floor for the judge's candidates
     max_false_hit_rate: float = 0.01  # PROXY_CACHE_MAX_FALSE_HIT_RATE: the judge's error bound
     ttl: float | None = 86_400.0  # PROXY_CACHE_TTL seconds; 0 = forever
     max_entries: int = 100_000  # PROXY_CACHE_MAX_ENTRIES
@@ -41,7 +41,7 @@ class CacheConfig:
         snap = pick("cache_snapshot", "PROXY_CACHE_SNAPSHOT", None)
         cfg = CacheConfig(
             mode=str(pick("cache", "PROXY_CACHE", "semantic")).lower(),
-            threshold=float(pick("cache_threshold", "PROXY_CACHE_THRESHOLD", 0.5)),
+            threshold=float(pick("cache_threshold", "PROXY_CACHE_THRESHOLD", 0.4)),
             max_false_hit_rate=float(pick("cache_max_false_hit_rate",
                                           "PROXY_CACHE_MAX_FALSE_HIT_RATE", 0.01)),
             ttl=ttl if ttl > 0 else None,

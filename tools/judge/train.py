@@ -5,7 +5,7 @@ embedder's own model; a fresh one-logit head) on train.jsonl, seeded, on CPU; ex
 ONNX, quantises it to int8, and calibrates the shipped int8 model on dev.jsonl through the same
 path the proxy serves with (cosine floor, hand-kept rules, judge). Writes judge.onnx,
 tokenizer.json and judge.json (the calibration table, the floor, how it was trained).
-test.jsonl is not read here.
+test.jsonl is not read here. --calibrate-only redoes the calibration of the model in --out.
 """
 
 from __future__ import annotations
@@ -158,17 +158,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--floor", type=float, default=0.4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calibrate-only", action="store_true",
+                        help="keep the model in --out, redo its calibration on dev")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     train_pairs, dev = load(args.data / "train.jsonl"), load(args.data / "dev.jsonl")
-    model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch)
-    export(model, tok, args.out)
-    meta: dict[str, Any] = {"model": "judge.onnx", "max_tokens": MAX_TOKENS,
-                            "floor": args.floor, "confidence": 0.95, "table": [],
-                            "trained": {k: str(v) for k, v in vars(args).items()}}
-    (args.out / "judge.json").write_bytes(orjson.dumps(meta))
+    if args.calibrate_only:
+        meta = orjson.loads((args.out / "judge.json").read_bytes())
+        meta["floor"] = args.floor
+    else:
+        model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch)
+        export(model, tok, args.out)
+        meta = {"model": "judge.onnx", "max_tokens": MAX_TOKENS, "floor": args.floor,
+                "confidence": 0.95, "table": [],
+                "trained": {k: str(v) for k, v in vars(args).items()
+                            if k not in ("calibrate_only", "threads")}}
+        (args.out / "judge.json").write_bytes(orjson.dumps(meta))
     judge = Judge.open(0.01, args.out, threads=args.threads)
     logits = judge.logits([(p["a"], p["b"]) for p in dev])
     scores = gated(logits, cosines(dev), dev, args.floor)
