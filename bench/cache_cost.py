@@ -6,14 +6,16 @@ A. At the client, through `python -m proxy serve` in front of the mock upstream 
    core 0, client + mock on core 1, non-streaming): exact hits and semantic hits (p50/p99) at
    concurrency 1/4/16; and semantic misses at 50 req/s open loop (new questions: exact lookup
    + embedding + index search + store) against PROXY_CACHE=off, with the hedged upstream
-   call on and off, in front of a mock answering after 30 ms and after 0 ms.
+   call on and off, in front of a mock answering after 30 ms and after 0 ms. The proxies
+   inherit PROXY_* from the environment: with the committed judge, semantic hits need a loose
+   PROXY_CACHE_MAX_FALSE_HIT_RATE (0.3; docs/cache.md), else every paraphrase misses.
 B. The embedder in-process: micro-batching on (max_batch 32, no wait; and a 2 ms wait) vs
    off (batch 1) at 1/8/32 concurrent callers: per-call p50/p99 and embeddings/s.
+C. The vector index in-process: flat (IndexFlatIP) vs HNSW (M=32) at 10k/100k/1M entries:
+   build time, search p50/p99, recall@1 of HNSW against flat.
 D. The learned judge in-process (one ONNX Runtime thread, as the proxy runs it): one lookup's
    candidates scored as one batch of 1, 2 or 4 pairs from the judge's dev split: per-batch
    and per-candidate p50/p99.
-C. The vector index in-process: flat (IndexFlatIP) vs HNSW (M=32) at 10k/100k/1M entries:
-   build time, search p50/p99, recall@1 of HNSW against flat.
 """
 
 from __future__ import annotations
