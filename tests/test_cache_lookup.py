@@ -83,6 +83,17 @@ async def test_the_judge_decides_what_the_rules_let_through(
     assert (await cache.stats())["judge_threshold"] == cache.judge.threshold  # type: ignore
 
 
+async def test_a_bound_no_threshold_meets_scores_nothing(registry: CollectorRegistry) -> None:
+    cache = await open_cache(registry=registry, config=CacheConfig(), embedder=embedder(),
+                             judge=judge(threshold=float("inf")))
+    assert cache is not None and cache.judge is not None
+    await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
+    load = await cache.lookup(chat("pandas: load a .csv file into a DataFrame"))
+    assert load.status == "miss" and cache.judge.pairs == 0
+    assert metric(registry, "proxy_cache_rejections_total", reason="judge") == 1
+    await cache.aclose()
+
+
 async def test_tenants_never_share(cache: SemanticCache) -> None:
     await fill(cache, "What is Redis?", "A's answer", tenant="A")
     assert (await cache.lookup(chat("What is Redis?", tenant="B"))).status == "miss"

@@ -12,6 +12,7 @@ fail the request.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,6 +153,9 @@ class SemanticCache:
         same = [(sim, c) for sim, c in pending if c.text == text]
         others = [(sim, c) for sim, c in pending if c.text != text]
         if not others or self.judge is None:
+            return same
+        if math.isinf(self.judge.threshold):  # the bound admits no threshold: nothing passes
+            self.metrics.rejections.labels("judge").inc(len(others))
             return same
         started = time.perf_counter()
         logits = await self.judge.score([(text, c.text or "") for _, c in others])
