@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=Path("tests/data/judge"))
     parser.add_argument("--out", type=Path, default=Path("proxy/cache/judge_model"))
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--lr", type=float, default=8e-5)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--floor", type=float, default=0.4)
