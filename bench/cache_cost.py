@@ -6,11 +6,16 @@ A. At the client, through `python -m proxy serve` in front of the mock upstream 
    core 0, client + mock on core 1, non-streaming): exact hits and semantic hits (p50/p99) at
    concurrency 1/4/16; and semantic misses at 50 req/s open loop (new questions: exact lookup
    + embedding + index search + store) against PROXY_CACHE=off, with the hedged upstream
-   call on and off, in front of a mock answering after 30 ms and after 0 ms.
+   call on and off, in front of a mock answering after 30 ms and after 0 ms. The proxies
+   inherit PROXY_* from the environment: with the committed judge, semantic hits need a loose
+   PROXY_CACHE_MAX_FALSE_HIT_RATE (0.3; docs/cache.md), else every paraphrase misses.
 B. The embedder in-process: micro-batching on (max_batch 32, no wait; and a 2 ms wait) vs
    off (batch 1) at 1/8/32 concurrent callers: per-call p50/p99 and embeddings/s.
 C. The vector index in-process: flat (IndexFlatIP) vs HNSW (M=32) at 10k/100k/1M entries:
    build time, search p50/p99, recall@1 of HNSW against flat.
+D. The learned judge in-process (one ONNX Runtime thread, as the proxy runs it): one lookup's
+   candidates scored as one batch of 1, 2 or 4 pairs from the judge's dev split: per-batch
+   and per-candidate p50/p99.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from bench import lean, procs
 from loadtest.workload import WORDS
 
 PAIRS = procs.REPO / "tests" / "data" / "cache_pairs.jsonl"
+JUDGE_PAIRS = procs.REPO / "tests" / "data" / "judge" / "dev.jsonl"
 
 
 def chat(q: str) -> bytes:
@@ -131,6 +137,29 @@ async def embedder_batching(quick: bool) -> dict[str, Any]:
     return out
 
 
+def judge_cost(quick: bool) -> dict[str, Any]:
+    from proxy.cache.judge import Judge
+
+    rows = [json.loads(x) for x in JUDGE_PAIRS.read_text().splitlines() if x.strip()]
+    qa = [(r["a"], r["b"]) for r in rows]
+    judge = Judge.open(0.01, threads=1)
+    judge.logits(qa[:8])  # warm up
+    out: dict[str, Any] = {}
+    rounds = 50 if quick else 600
+    for size in (1, 2, 4):
+        lat = []
+        for i in range(rounds):
+            batch = [qa[(i * size + j) % len(qa)] for j in range(size)]
+            t = time.perf_counter()
+            judge.logits(batch)
+            lat.append(time.perf_counter() - t)
+        out[f"judge_batch{size}"] = {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99),
+                                     "per_candidate_p50_ms": _pct(lat, 50) / size}
+        print(f"  judge batch {size}: {out[f'judge_batch{size}']}", flush=True)
+    judge.close()
+    return out
+
+
 def index_scaling(sizes: list[int], quick: bool) -> dict[str, Any]:
     import faiss
 
@@ -179,7 +208,7 @@ def index_scaling(sizes: list[int], quick: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.cache_cost")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--parts", default="proxy,embed,index")
+    p.add_argument("--parts", default="proxy,embed,judge,index")
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--plots", type=Path, default=None)
@@ -194,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["proxy"] = asyncio.run(through_proxy(a.quick))
     if "embed" in parts:
         doc["embed"] = asyncio.run(embedder_batching(a.quick))
+    if "judge" in parts:
+        doc["judge"] = judge_cost(a.quick)
     if "index" in parts:
         doc["index"] = index_scaling(sizes, a.quick)
     ratios: dict[str, str] = {}
@@ -212,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     if "batching_on_c32" in em:
         ratios["embeddings/s at c32, batching on/off"] = \
             f"{em['batching_on_c32']['per_s'] / em['batching_off_c32']['per_s']:.2f}x"
+    jd = doc.get("judge", {})
+    for size in (1, 4):
+        if f"judge_batch{size}" in jd:
+            ratios[f"judge p50 per candidate, batch of {size} (ms)"] = \
+                f"{jd[f'judge_batch{size}']['per_candidate_p50_ms']:.2f}"
     ix = doc.get("index", {})
     for size in sizes:
         if f"hnsw_{size}" in ix:

@@ -48,7 +48,8 @@ class Settings:
     log_prompts: bool = False
     # The answer cache (proxy/cache/).
     cache: str = "semantic"  # off | exact | semantic
-    cache_threshold: float = 0.80  # cosine floor; the verifier does the rest (README: measured)
+    cache_threshold: float = 0.40  # cosine floor; the learned judge decides (docs/cache.md)
+    cache_max_false_hit_rate: float = 0.01  # the learned judge's error bound (docs/cache.md)
     cache_ttl: float = 3600.0
     cache_max_entries: int = 10000
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
@@ -139,6 +140,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "log_prompts": ("PROXY_LOG_PROMPTS", _onoff, "log prompt text: on | off"),
     "cache": ("PROXY_CACHE", _str, "off | exact | semantic"),
     "cache_threshold": ("PROXY_CACHE_THRESHOLD", _float, "semantic similarity threshold"),
+    "cache_max_false_hit_rate": ("PROXY_CACHE_MAX_FALSE_HIT_RATE", _float,
+                                 "largest share of semantic hits that may be wrong"),
     "cache_ttl": ("PROXY_CACHE_TTL", _float, "cache entry lifetime (s)"),
     "cache_max_entries": ("PROXY_CACHE_MAX_ENTRIES", _int, "cache size"),
     "cache_hedge": ("PROXY_CACHE_HEDGE", _onoff,
@@ -181,6 +184,8 @@ def _validate(s: Settings) -> None:
         (s.log_level in ("debug", "info", "warning", "error"), "PROXY_LOG_LEVEL: bad level"),
         (s.cache in ("off", "exact", "semantic"), "PROXY_CACHE: off, exact or semantic"),
         (0.0 < s.cache_threshold <= 1.0, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),
+        (0.0 < s.cache_max_false_hit_rate < 1.0,
+         "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)"),
         (s.cache_ttl > 0, "PROXY_CACHE_TTL must be positive"),
         (s.cache_max_entries > 0, "PROXY_CACHE_MAX_ENTRIES must be positive"),
     ]

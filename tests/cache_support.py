@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from proxy.cache.embedder import Embedder, default_model_path
+from proxy.cache.judge import Judge
 from proxy.types import CacheRequest, Completion
 
 
@@ -20,6 +21,23 @@ def _model() -> Any:
 
 def embedder(**kw: Any) -> Embedder:
     return Embedder(_model(), "sentence-transformers/all-MiniLM-L6-v2", **kw)
+
+
+@functools.cache
+def _judge() -> Judge:
+    return Judge.open(0.01)
+
+
+def judge(rate: float = 0.01, threshold: float | None = 3.0) -> Judge:
+    """A judge over the committed model, sharing one ONNX session per test session.
+
+    The lookup tests test the wiring, not the calibration: they fix the logit threshold
+    (None: the one calibrated for `rate`)."""
+    j = _judge()
+    out = Judge(j.session, j.tokenizer, j.rows, rate, j.max_tokens, j.floor)
+    if threshold is not None:
+        out.threshold = threshold
+    return out
 
 
 def chat(text: str, *, tenant: str = "", max_tokens: int | None = 16, model: str = "tiny",

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from proxy.cache import open_cache
 from proxy.cache.config import CacheConfig
 from proxy.cache.lookup import SemanticCache
-from tests.cache_support import chat, completion, embedder
+from tests.cache_support import chat, completion, embedder, judge
 
 
 @pytest.fixture
@@ -19,7 +19,8 @@ async def registry() -> CollectorRegistry:
 
 
 async def make(registry: CollectorRegistry, **cfg: Any) -> SemanticCache:
-    cache = await open_cache(registry=registry, config=CacheConfig(**cfg), embedder=embedder())
+    cache = await open_cache(registry=registry, config=CacheConfig(**cfg), embedder=embedder(),
+                             judge=judge())
     assert cache is not None
     return cache
 
@@ -65,6 +66,32 @@ async def test_near_miss_is_rejected_and_counted(cache: SemanticCache,
     await cache.store(swap.ticket, completion("yaml->json"))
     other = await cache.lookup(chat("Convert JSON to YAML"))
     assert other.status == "miss"
+
+
+async def test_the_judge_decides_what_the_rules_let_through(
+        cache: SemanticCache, registry: CollectorRegistry) -> None:
+    await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
+    write = await cache.lookup(chat("How do I write a CSV file in pandas?"))
+    assert write.status == "miss"
+    assert metric(registry, "proxy_cache_rejections_total", reason="judge") == 1
+    assert metric(registry, "proxy_cache_judge_verdicts_total", verdict="reject") == 1
+    await cache.abandon(write.ticket)
+    load = await cache.lookup(chat("pandas: load a .csv file into a DataFrame"))
+    assert (load.status, load.tier) == ("hit", "semantic")
+    assert metric(registry, "proxy_cache_judge_verdicts_total", verdict="accept") == 1
+    assert registry.get_sample_value("proxy_cache_judge_seconds_count") == 2
+    assert (await cache.stats())["judge_threshold"] == cache.judge.threshold  # type: ignore
+
+
+async def test_a_bound_no_threshold_meets_scores_nothing(registry: CollectorRegistry) -> None:
+    cache = await open_cache(registry=registry, config=CacheConfig(), embedder=embedder(),
+                             judge=judge(threshold=float("inf")))
+    assert cache is not None and cache.judge is not None
+    await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
+    load = await cache.lookup(chat("pandas: load a .csv file into a DataFrame"))
+    assert load.status == "miss" and cache.judge.pairs == 0
+    assert metric(registry, "proxy_cache_rejections_total", reason="judge") == 1
+    await cache.aclose()
 
 
 async def test_tenants_never_share(cache: SemanticCache) -> None:

@@ -15,7 +15,7 @@ from proxy.cache.entry import Entry
 from proxy.cache.lookup import SemanticCache
 from proxy.cache.redis_store import RedisStore
 from proxy.cache.store import StoreUnavailable
-from tests.cache_support import answer, chat, completion, embedder
+from tests.cache_support import answer, chat, completion, embedder, judge
 from tests.support.procs import Redis
 
 pytestmark = pytest.mark.redis
@@ -106,7 +106,8 @@ async def test_down_raises_unavailable_then_recovers(redis: Redis) -> None:
 
 async def replica(redis: Redis, registry: CollectorRegistry, **kw: Any) -> SemanticCache:
     cfg = CacheConfig(redis_url=redis.url, namespace="rep", **kw)
-    cache = await open_cache(registry=registry, config=cfg, embedder=embedder())
+    cache = await open_cache(registry=registry, config=cfg, embedder=embedder(),
+                             judge=judge())
     assert cache is not None
     return cache
 

@@ -1,4 +1,4 @@
-"""The answer cache: exact + semantic tiers with a near-miss verifier (knows no HTTP).
+"""The answer cache: exact + semantic tiers; a learned judge vets semantic hits (no HTTP).
 
 `open_cache()` builds it from the app's settings in the app's lifespan; nothing loads at import:
 importing this package (or a light module of it, such as `store`) pulls in no faiss, numpy or
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from proxy.cache.config import CacheConfig
     from proxy.cache.embedder import Embedder
+    from proxy.cache.judge import Judge
     from proxy.cache.lookup import SemanticCache
     from proxy.types import TextCounter
 
@@ -23,14 +24,17 @@ __all__ = ["open_cache"]
 async def open_cache(settings: Any = None, registry: CollectorRegistry | None = None,
                      count: TextCounter | None = None, *,
                      config: CacheConfig | None = None,
-                     embedder: Embedder | None = None) -> SemanticCache | None:
+                     embedder: Embedder | None = None,
+                     judge: Judge | None = None) -> SemanticCache | None:
     """The cache for these settings, or None when PROXY_CACHE=off (use NullCache then).
 
     `count` is the served model's token counter (text -> tokens), used to check that cutting a
-    longer cached answer at `max_tokens` is exact. `embedder` lets several caches share one.
+    longer cached answer at `max_tokens` is exact. `embedder` and `judge` let several caches
+    share one (a shared judge keeps the threshold it was opened with).
     """
     from proxy.cache.config import CacheConfig
     from proxy.cache.embedder import Embedder
+    from proxy.cache.judge import Judge
     from proxy.cache.lookup import SemanticCache
     from proxy.cache.metrics import CacheMetrics
     from proxy.cache.store import MemoryStore, Store
@@ -42,6 +46,8 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
     if cfg.mode == "semantic" and embedder is None:
         embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads,
                                         cfg.embed_backend)
+    if cfg.mode == "semantic" and judge is None:
+        judge = await Judge.load(cfg.max_false_hit_rate)
     store: Store
     if cfg.redis_url:
         from proxy.cache.redis_store import RedisStore
@@ -51,5 +57,6 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
     else:
         store = await MemoryStore(cfg.max_entries, cfg.ttl, cfg.snapshot,
                                   on_evict=lambda _id: metrics.evictions.inc()).open()
-    return SemanticCache(cfg, store, metrics, embedder if cfg.mode == "semantic" else None,
-                         count)
+    semantic = cfg.mode == "semantic"
+    return SemanticCache(cfg, store, metrics, embedder if semantic else None, count,
+                         judge if semantic else None)

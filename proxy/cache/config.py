@@ -14,7 +14,8 @@ EMBED_BACKENDS = ("onnx", "torch")
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
     mode: str = "semantic"  # PROXY_CACHE
-    threshold: float = 0.8  # PROXY_CACHE_THRESHOLD: the operator's cosine floor
+    threshold: float = 0.4  # PROXY_CACHE_THRESHOLD: cosine floor for the judge's candidates
+    max_false_hit_rate: float = 0.01  # PROXY_CACHE_MAX_FALSE_HIT_RATE: the judge's error bound
     ttl: float | None = 86_400.0  # PROXY_CACHE_TTL seconds; 0 = forever
     max_entries: int = 100_000  # PROXY_CACHE_MAX_ENTRIES
     redis_url: str | None = None  # PROXY_REDIS_URL; None = embedded store
@@ -40,7 +41,9 @@ class CacheConfig:
         snap = pick("cache_snapshot", "PROXY_CACHE_SNAPSHOT", None)
         cfg = CacheConfig(
             mode=str(pick("cache", "PROXY_CACHE", "semantic")).lower(),
-            threshold=float(pick("cache_threshold", "PROXY_CACHE_THRESHOLD", 0.8)),
+            threshold=float(pick("cache_threshold", "PROXY_CACHE_THRESHOLD", 0.4)),
+            max_false_hit_rate=float(pick("cache_max_false_hit_rate",
+                                          "PROXY_CACHE_MAX_FALSE_HIT_RATE", 0.01)),
             ttl=ttl if ttl > 0 else None,
             max_entries=int(pick("cache_max_entries", "PROXY_CACHE_MAX_ENTRIES", 100_000)),
             redis_url=pick("redis_url", "PROXY_REDIS_URL", None) or None,
@@ -57,6 +60,8 @@ class CacheConfig:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
         if not 0.0 < cfg.threshold <= 1.0:
             raise ValueError("PROXY_CACHE_THRESHOLD must be in (0, 1]")
+        if not 0.0 < cfg.max_false_hit_rate < 1.0:
+            raise ValueError("PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)")
         if cfg.embed_backend not in EMBED_BACKENDS:
             raise ValueError("PROXY_CACHE_EMBED_BACKEND must be onnx or torch")
         if cfg.max_entries < 1:

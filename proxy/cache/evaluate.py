@@ -1,10 +1,13 @@
-"""python -m proxy.cache.evaluate PAIRS.jsonl [--threshold T] [--verbose]
+"""python -m proxy.cache.evaluate [--pairs PAIRS.jsonl] [--threshold FLOOR] [--verbose]
 
-Each line: {"a": ..., "b": ..., "same": true|false}. For every pair: store `a` in a fresh cache
-with the default settings (embedded store, semantic mode), look up `b`, and count a hit as a
-claim that the two questions have the same answer. Prints the mistakes with --verbose and, as its
-last line, one JSON object {"pairs", "true_hits", "false_hits", "missed", "precision", "recall"}.
-All pairs run concurrently over one shared embedder, so lookups are micro-batched.
+Each line: {"a": ..., "b": ..., "same": true|false} (other fields are ignored; `kind` breaks
+down the mistakes with --verbose). Without --pairs: the test split, tests/data/judge/test.jsonl.
+For every pair: store `a` in a fresh cache with the default settings (embedded store, semantic
+mode, the learned judge at PROXY_CACHE_MAX_FALSE_HIT_RATE), look up `b`, and count a hit as a
+claim that the two questions have the same answer. Prints the mistakes with --verbose and, as
+its last line, one JSON object: pairs, true_hits, false_hits, missed, precision, recall,
+false_hit_rate (false hits / hits) with its two-sided 95% Clopper-Pearson interval, and the
+settings used. All pairs run concurrently over one shared embedder and judge.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,9 +23,13 @@ from typing import Any
 import orjson
 
 from proxy.cache import open_cache
+from proxy.cache.calibrate import interval
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder
+from proxy.cache.judge import Judge
 from proxy.types import CacheRequest, Completion
+
+TEST_SPLIT = Path(__file__).resolve().parents[2] / "tests" / "data" / "judge" / "test.jsonl"
 
 
 def _request(text: str) -> CacheRequest:
@@ -37,8 +45,9 @@ def _answer(text: str) -> dict[str, Any]:
             "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
 
 
-async def _pair(cfg: CacheConfig, embedder: Embedder, a: str, b: str) -> tuple[bool, Any]:
-    cache = await open_cache(config=cfg, embedder=embedder)
+async def _pair(cfg: CacheConfig, embedder: Embedder, judge: Judge, a: str,
+                b: str) -> tuple[bool, Any]:
+    cache = await open_cache(config=cfg, embedder=embedder, judge=judge)
     assert cache is not None
     first = await cache.lookup(_request(a))
     await cache.store(first.ticket, Completion(body=_answer(a)))
@@ -52,33 +61,50 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
     cfg = replace(cfg, mode="semantic", redis_url=None, snapshot=None, shared=False,
                   threshold=threshold if threshold is not None else cfg.threshold)
     embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
+    judge = await Judge.load(cfg.max_false_hit_rate)
     try:
-        results = await asyncio.gather(*(_pair(cfg, embedder, p["a"], p["b"]) for p in pairs))
+        results = await asyncio.gather(*(_pair(cfg, embedder, judge, p["a"], p["b"])
+                                         for p in pairs))
     finally:
         await embedder.aclose()
+        judge.close()
     true_hits = false_hits = missed = 0
+    wrong: Counter[str] = Counter()
     for pair, (hit, sim) in zip(pairs, results, strict=True):
         same = bool(pair["same"])
         true_hits += hit and same
         false_hits += hit and not same
         missed += same and not hit
-        if verbose and hit != same:
-            kind = "FALSE HIT" if hit else "MISSED"
-            print(f"{kind} sim={sim} | {pair['a']} | {pair['b']}", file=sys.stderr)
+        if hit != same:
+            wrong["false hit" if hit else "missed"] += 1
+            wrong[f"{'false hit' if hit else 'missed'} / {pair.get('kind', '?')}"] += 1
+            if verbose:
+                kind = "FALSE HIT" if hit else "MISSED"
+                print(f"{kind} sim={sim} | {pair['a']} | {pair['b']}", file=sys.stderr)
+    if verbose:
+        for key, n in sorted(wrong.items()):
+            print(f"{key}: {n}", file=sys.stderr)
     positives = sum(bool(p["same"]) for p in pairs)
     hits = true_hits + false_hits
+    low, high = interval(false_hits, hits)
     return {"pairs": len(pairs), "true_hits": true_hits, "false_hits": false_hits,
             "missed": missed, "precision": round(true_hits / hits, 4) if hits else 1.0,
-            "recall": round(true_hits / positives, 4) if positives else 1.0}
+            "recall": round(true_hits / positives, 4) if positives else 1.0,
+            "false_hit_rate": round(false_hits / hits, 4) if hits else 0.0,
+            "false_hit_rate_95ci": [round(low, 4), round(high, 4)],
+            "max_false_hit_rate": cfg.max_false_hit_rate,
+            "judge_threshold": judge.threshold, "cosine_floor": cfg.threshold}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m proxy.cache.evaluate")
-    parser.add_argument("pairs", type=Path)
-    parser.add_argument("--threshold", type=float, default=None)
+    parser.add_argument("pairs_file", type=Path, nargs="?", help="same as --pairs")
+    parser.add_argument("--pairs", type=Path, default=None, help="JSONL of labelled pairs")
+    parser.add_argument("--threshold", type=float, default=None, help="cosine floor")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    pairs = [orjson.loads(line) for line in args.pairs.read_bytes().splitlines() if line.strip()]
+    path = args.pairs or args.pairs_file or TEST_SPLIT
+    pairs = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     report = asyncio.run(evaluate(pairs, args.threshold, args.verbose))
     print(orjson.dumps(report).decode())
 

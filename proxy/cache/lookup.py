@@ -2,14 +2,17 @@
 
 lookup(req):  policy gate -> keys -> exact key in the store -> embed the question (micro-batched)
 -> catch up the index with other writers -> top-k ids in the partition -> entries from the store
--> second-stage verify -> `serve` for this max_tokens.  A miss returns a ticket; identical
-misses (same exact key and max_tokens) wait for the first one's answer instead of going
-upstream (single flight, per replica). Store errors bypass the cache, never fail the request.
+-> cosine floor and hand-kept rules (verify.py) -> the learned judge scores the survivors in one
+batch (judge.py) -> the best accepted one is served for this max_tokens.  A miss returns a
+ticket; identical misses (same exact key and max_tokens) wait for the first one's answer
+instead of going upstream (single flight, per replica). Store errors bypass the cache, never
+fail the request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +22,11 @@ from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
 from proxy.cache.entry import Entry, serve, storable
 from proxy.cache.index import VectorIndex
+from proxy.cache.judge import Judge
 from proxy.cache.keys import RequestKeys, cacheable, request_keys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.store import Store, StoreUnavailable
-from proxy.cache.verify import verify
+from proxy.cache.verify import check
 from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, TextCounter
 
 
@@ -42,8 +46,10 @@ class _Flights:
 
 class SemanticCache:
     def __init__(self, cfg: CacheConfig, store: Store, metrics: CacheMetrics,
-                 embedder: Embedder | None = None, count: TextCounter | None = None) -> None:
+                 embedder: Embedder | None = None, count: TextCounter | None = None,
+                 judge: Judge | None = None) -> None:
         self.cfg, self.db, self.metrics, self.embedder = cfg, store, metrics, embedder
+        self.judge = judge
         self.count = count
         self.index = VectorIndex(embedder.dim) if embedder is not None else None
         self._identity = embedder.identity if embedder is not None else "none"
@@ -117,16 +123,20 @@ class SemanticCache:
         candidates = await self._search(keys.partition, vector)
         entries = await self.db.get_many([i for i, _ in candidates])
         best: float | None = None
+        pending: list[tuple[float, Entry]] = []
         for (entry_id, sim), cand in zip(candidates, entries, strict=True):
             if cand is None or cand.partition != keys.partition or cand.text is None:
                 if cand is None:
                     self.db.forget(entry_id)
                 continue
             best = sim if best is None else max(best, sim)
-            verdict = verify(keys.text, cand.text, sim, self.cfg.threshold)
-            if not verdict.ok:
-                self.metrics.rejections.labels(verdict.reason or "unknown").inc()
-                continue
+            reason = "below_threshold" if sim < self.cfg.threshold else check(
+                keys.text, cand.text).reason
+            if reason is not None:
+                self.metrics.rejections.labels(reason).inc()
+            else:
+                pending.append((sim, cand))
+        for sim, cand in await self._judged(keys.text, pending):
             answer = serve(cand, keys.max_tokens, self.count)
             if answer is not None:
                 self.metrics.similarity.labels("hit").observe(sim)
@@ -134,6 +144,29 @@ class SemanticCache:
         if best is not None:
             self.metrics.similarity.labels("miss").observe(best)
         return None, vector
+
+    async def _judged(self, text: str, pending: list[tuple[float, Entry]]
+                      ) -> list[tuple[float, Entry]]:
+        """The candidates the judge accepts, most confident first (the same text needs none)."""
+        same = [(sim, c) for sim, c in pending if c.text == text]
+        others = [(sim, c) for sim, c in pending if c.text != text]
+        if not others or self.judge is None:
+            return same
+        if math.isinf(self.judge.threshold):  # the bound admits no threshold: nothing passes
+            self.metrics.rejections.labels("judge").inc(len(others))
+            return same
+        started = time.perf_counter()
+        logits = await self.judge.score([(text, c.text or "") for _, c in others])
+        self.metrics.judge_seconds.observe(time.perf_counter() - started)
+        accepted = []
+        for logit, (sim, cand) in sorted(zip(logits, others, strict=True), key=lambda x: -x[0]):
+            ok = self.judge.accepts(logit)
+            self.metrics.judge_verdicts.labels("accept" if ok else "reject").inc()
+            if ok:
+                accepted.append((sim, cand))
+            else:
+                self.metrics.rejections.labels("judge").inc()
+        return same + accepted
 
     async def _search(self, partition: str, vector: Vector) -> list[tuple[int, float]]:
         index = self.index
@@ -198,6 +231,8 @@ class SemanticCache:
 
     async def stats(self) -> dict[str, Any]:
         return {"mode": self.cfg.mode, "threshold": self.cfg.threshold,
+                "judge_threshold": self.judge.threshold if self.judge is not None else None,
+                "max_false_hit_rate": self.cfg.max_false_hit_rate,
                 "store": "redis" if self.cfg.redis_url else "memory",
                 "entries": await self.db.count(),
                 "indexed": len(self.index) if self.index is not None else 0,
@@ -218,6 +253,8 @@ class SemanticCache:
                 fut.set_result(None)
         if self.embedder is not None:
             await self.embedder.aclose()
+        if self.judge is not None:
+            self.judge.close()
         await self.db.aclose()
 
 

@@ -18,8 +18,15 @@ class CacheMetrics:
             ["outcome"], registry=reg,
             buckets=(0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99, 1.0))
         self.rejections = Counter("proxy_cache_rejections_total",
-                                  "Semantic candidates rejected by the second-stage check",
+                                  "Semantic candidates rejected: cosine floor, a hand-kept "
+                                  "rule, or the judge",
                                   ["reason"], registry=reg)
+        self.judge_verdicts = Counter("proxy_cache_judge_verdicts_total",
+                                      "Semantic candidates the learned judge scored, by verdict",
+                                      ["verdict"], registry=reg)
+        self.judge_seconds = Histogram("proxy_cache_judge_seconds",
+                                       "Time to score one lookup's candidates (queue + batch)",
+                                       registry=reg, buckets=_LATENCY)
         self.embed_seconds = Histogram("proxy_cache_embedding_seconds",
                                        "Time to embed one question (queue + batch)",
                                        registry=reg, buckets=_LATENCY)

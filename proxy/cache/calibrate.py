@@ -1,0 +1,97 @@
+"""Error-rate bounds for the judge's acceptance threshold (pure Python, no SciPy).
+
+A false hit is an accepted pair whose questions need different answers; its rate is
+false hits / hits. On labelled pairs, `table()` lists for each candidate threshold how many
+pairs pass and how many of those are false, with the one-sided Clopper-Pearson upper bound
+on the false-hit rate. `pick()` takes the lowest threshold whose bound, and the bound of every
+threshold above it, stays within the operator's rate (as vCache bounds a semantic cache's
+error rate); with the bound at 95% confidence, the true rate exceeds it at most 5% of the
+time the calibration set is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    threshold: float
+    hits: int
+    false_hits: int
+    upper: float  # one-sided upper confidence bound on false_hits / hits
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0 if k >= n else 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(k + 1):
+        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                          + i * lp + (n - i) * lq)
+    return min(1.0, total)
+
+
+def upper_bound(k: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper bound on p after k events in n trials."""
+    if n == 0 or k >= n:
+        return 1.0
+    lo, hi = k / n, 1.0
+    for _ in range(60):  # bisection: P(X <= k | p) falls as p rises
+        mid = (lo + hi) / 2
+        if binom_cdf(k, n, mid) > 1 - confidence:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def lower_bound(k: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson lower bound (0 when k == 0)."""
+    if k == 0 or n == 0:
+        return 0.0
+    return 1.0 - upper_bound(n - k, n, confidence)
+
+
+def interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Clopper-Pearson interval."""
+    tail = (1 + confidence) / 2
+    return lower_bound(k, n, tail), upper_bound(k, n, tail)
+
+
+def table(scores: Sequence[float], same: Sequence[bool], thresholds: Sequence[float],
+          confidence: float = 0.95) -> list[Row]:
+    """One row per threshold, highest first."""
+    rows = []
+    for t in sorted(thresholds, reverse=True):
+        hits = [y for s, y in zip(scores, same, strict=True) if s >= t]
+        false = hits.count(False)
+        rows.append(Row(t, len(hits), false, upper_bound(false, len(hits), confidence)))
+    return rows
+
+
+def pick(rows: Sequence[Row], rate: float, confidence: float = 0.95) -> float:
+    """The lowest threshold whose bound, and every higher tested threshold's, is within `rate`;
+    +inf when none is (no threshold on the calibration set can promise that rate).
+
+    Thresholds are tested from the highest down and the first failure stops the sequence
+    (fixed-sequence testing: the order is fixed before the labels are looked at, so the 95 %
+    holds for the threshold chosen). The sequence starts at the first threshold with enough
+    hits for the bound to reach `rate` at all (zero false hits in n: 1 - 0.05^(1/n) <= rate,
+    n >= 299 at 1 %); the hit counts depend on the scores only, not on the labels.
+    """
+    need = math.ceil(math.log(1 - confidence) / math.log(1 - rate))
+    chosen = math.inf
+    for row in sorted(rows, key=lambda r: -r.threshold):
+        if row.hits < need:
+            continue
+        if row.upper > rate:
+            break
+        chosen = row.threshold
+    return chosen

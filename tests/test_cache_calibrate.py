@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from proxy.cache.calibrate import Row, binom_cdf, interval, pick, table, upper_bound
+
+
+def test_binomial_cdf() -> None:
+    assert binom_cdf(0, 3, 0.5) == pytest.approx(1 / 8)
+    assert binom_cdf(1, 3, 0.5) == pytest.approx(4 / 8)
+    assert binom_cdf(3, 3, 0.5) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("n", [10, 300, 2000])
+def test_upper_bound_with_no_events_has_a_closed_form(n: int) -> None:
+    # P(X = 0 | p) = (1 - p)^n = 0.05  =>  p = 1 - 0.05^(1/n)
+    assert upper_bound(0, n) == pytest.approx(1 - 0.05 ** (1 / n), rel=1e-9)
+
+
+def test_bounds_bracket_the_observed_rate() -> None:
+    # reference values: scipy.stats.beta.ppf(0.95, k + 1, n - k) and the two-sided interval
+    assert upper_bound(3, 800) == pytest.approx(0.0096633, abs=1e-6)
+    low, high = interval(10, 100)
+    assert low == pytest.approx(0.0490047, abs=1e-6)
+    assert high == pytest.approx(0.1762226, abs=1e-6)
+    assert interval(0, 50)[0] == 0.0
+    assert upper_bound(5, 5) == 1.0 and upper_bound(0, 0) == 1.0
+
+
+def test_table_counts_hits_and_false_hits() -> None:
+    rows = table([0.9, 0.8, 0.7, 0.2], [True, True, False, True], [0.75, 0.5, 0.1])
+    assert [(r.threshold, r.hits, r.false_hits) for r in rows] == [
+        (0.75, 2, 0), (0.5, 3, 1), (0.1, 4, 1)]
+
+
+def test_pick_tests_thresholds_from_the_top_and_stops_at_the_first_failure() -> None:
+    rows = [Row(3.0, 100, 0, 0.03), Row(2.0, 400, 0, 0.007), Row(1.0, 500, 1, 0.009),
+            Row(0.0, 600, 9, 0.02), Row(-1.0, 700, 2, 0.008)]
+    # at 1 %, 3.0's 100 hits are too few to ever show it (299 needed): the sequence starts at
+    # 2.0; -1.0 is under the rate again, but 0.0 above it failed
+    assert pick(rows, 0.01) == 1.0
+    assert pick(rows, 0.05) == -1.0  # 59 hits needed: all are tested, all pass
+    assert pick([Row(2.0, 400, 10, 0.04), *rows[2:]], 0.01) == math.inf  # the first fails
+    assert pick([Row(5.0, 0, 0, 1.0), *rows[1:3]], 0.01) == 1.0  # no hits: no evidence
+    assert pick(rows[:1], 0.01) == math.inf  # never enough hits

@@ -1,0 +1,69 @@
+"""The committed judge model: loads offline, scores in batches, picks its threshold."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from proxy.cache.calibrate import pick
+from proxy.cache.judge import MODEL_DIR, Judge
+from tests.cache_support import judge
+
+SAME = [
+    ("How do I reverse a list in Python?", "what's the pythonic way to flip a list backwards"),
+    ("What is the capital of France?", "France's capital city?"),
+    ("How many people live in Tokyo?", "Tokyo population?"),
+]
+DIFFERENT = [
+    ("How many euros is 100 US dollars?", "How many US dollars is 100 euros?"),
+    ("How do I read a CSV file in pandas?", "How do I write a CSV file in pandas?"),
+    ("Explain Python decorators", "Write a Python decorator that logs calls"),
+    ("Can I run Docker inside Docker?", "Should I run Docker inside Docker?"),
+]
+
+
+def test_model_is_committed_small_and_loads_offline() -> None:
+    assert (MODEL_DIR / "judge.onnx").stat().st_size < 30_000_000
+    j = Judge.open(0.01)
+    assert j.threshold == pick(j.rows, 0.01)
+    assert 0.0 < j.floor < 1.0
+    hits = [r.hits for r in sorted(j.rows, key=lambda r: r.threshold)]
+    assert hits == sorted(hits, reverse=True) and hits[0] > 0  # a lower threshold passes more
+    j.close()
+
+
+def test_same_questions_score_above_different_ones() -> None:
+    j = judge()
+    scores = j.logits([*SAME, *DIFFERENT])
+    assert min(scores[:len(SAME)]) > max(scores[len(SAME):]), scores
+    assert all(j.accepts(s) for s in scores[:len(SAME)]) and not any(
+        j.accepts(s) for s in scores[len(SAME):])  # at the tests' fixed threshold
+
+
+def test_batched_scores_equal_one_at_a_time() -> None:
+    j = judge()
+    pairs = [*SAME, *DIFFERENT]
+    batch = j.logits(pairs)
+    single = [j.logits([p])[0] for p in pairs]
+    assert batch == pytest.approx(single, abs=1e-3)
+
+
+def test_a_pair_over_the_window_never_passes_and_empty_is_empty() -> None:
+    j = judge()
+    long = " ".join(["word"] * 200)
+    assert j.logits([(long, long + " more")]) == [-math.inf]
+    assert j.logits([]) == []
+
+
+def test_a_stricter_rate_never_lowers_the_threshold() -> None:
+    rates = [0.001, 0.01, 0.05, 0.2, 0.5]
+    thresholds = [judge(r, threshold=None).threshold for r in rates]
+    assert thresholds == sorted(thresholds, reverse=True)
+
+
+async def test_score_runs_off_the_loop_and_counts() -> None:
+    j = judge()
+    scores = await j.score(SAME[:2])
+    assert len(scores) == 2 and (j.pairs, j.batches) == (2, 1)
+    j.close()

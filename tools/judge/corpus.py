@@ -1,0 +1,188 @@
+"""python -m tools.judge.corpus [--out tests/data/judge] [--seed 11]
+
+Writes the labelled pairs for the cache's judge: train.jsonl, dev.jsonl, test.jsonl. Each line:
+{"a", "b", "same", "kind", "domain", "family"}. A family is a generated frame (all its
+instances) or one hand-written seed family, and every family lands in exactly one split, so
+dev and test hold whole templates and topics that training never saw. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tools.judge.frame import Frame, edited, pick_values, render
+from tools.judge.frames_tech import FRAMES as TECH
+from tools.judge.frames_world import FRAMES as WORLD
+from tools.judge.seeds import SEEDS, Seed
+
+Pair = dict[str, Any]
+PREFIXES = ("quick question: ", "hey, ", "pls help - ", "so ", "hi! ", "question: ", "ok so ")
+SUFFIXES = (" thanks", " ??", " pls", " (asking for a friend)", " thx", "!")
+INSTANCES = 28  # per frame
+
+
+def informal(text: str, rng: random.Random) -> str:
+    """Noise that never changes the answer, applied to both labels alike."""
+    if rng.random() < 0.3:
+        text = text.lower()
+    if rng.random() < 0.25:
+        text = text.rstrip("?.!")
+    if rng.random() < 0.15:
+        text = rng.choice(PREFIXES) + text
+    if rng.random() < 0.15:
+        text = text + rng.choice(SUFFIXES)
+    return text
+
+
+def _pair(a: str, b: str, same: bool, kind: str, domain: str, family: str,
+          rng: random.Random) -> Pair:
+    a, b = informal(a, rng), informal(b, rng)
+    if rng.random() < 0.5:
+        a, b = b, a
+    return {"a": a, "b": b, "same": same, "kind": kind, "domain": domain, "family": family}
+
+
+_HOW = re.compile(r"^(?:how do i|how can i|how to|how should i|what's the way to|"
+                  r"is it possible to|can i) (.+?)[?.!]*$", re.IGNORECASE)
+ASKS = {  # one intent each: the forms within a group are paraphrases of each other
+    "how": ("How do I {x}?", "how can I {x}", "what's the way to {x}?", "steps to {x}?"),
+    "should": ("Should I {x}?", "is it a good idea to {x}", "is it wise to {x}?"),
+    "can": ("Is it possible to {x}?", "can I {x}? is that allowed", "am I able to {x}?"),
+    "why": ("Why would I {x}?", "what's the point of trying to {x}", "why would anyone {x}?"),
+    "risk": ("What happens if I {x}?", "what are the consequences if I {x}",
+             "what could go wrong if I {x}?"),
+}
+
+
+def intent_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
+    """Same action, another intent (how vs should vs can vs why vs what-if): different answers;
+    the same intent said another way: the same answer. Built from any how-to question."""
+    out: list[Pair] = []
+    texts = sorted({t for p in pairs for t in (p["a"], p["b"])})
+    rng.shuffle(texts)
+    for text in texts[:n]:
+        m = _HOW.match(text)
+        if m is None:
+            continue
+        x = m.group(1)
+        p0 = next(p for p in pairs if text in (p["a"], p["b"]))
+        first, second = rng.sample(sorted(ASKS), 2)
+        a, b = rng.sample(ASKS[first], 2)
+        out.append(_pair(a.format(x=x), b.format(x=x), True, "paraphrase", p0["domain"],
+                         p0["family"], rng))
+        kind = "modality" if {first, second} <= {"how", "should", "can"} else "task"
+        out.append(_pair(rng.choice(ASKS[first]).format(x=x),
+                         rng.choice(ASKS[second]).format(x=x), False, kind, p0["domain"],
+                         p0["family"], rng))
+    return out
+
+
+def frame_pairs(frame: Frame, rng: random.Random) -> list[Pair]:
+    out: list[Pair] = []
+    for _ in range(INSTANCES):
+        values = pick_values(frame, rng)
+        for _ in range(3):
+            t1, t2 = rng.sample(frame.templates, 2)
+            out.append(_pair(render(t1, values, rng), render(t2, values, rng), True,
+                             "paraphrase", frame.domain, frame.name, rng))
+        base = render(rng.choice(frame.templates), values, rng)
+        for contrast in frame.contrasts:
+            if contrast.op == "suffix":
+                other = render(rng.choice(frame.templates), values, rng).rstrip("?.") + " " + \
+                    rng.choice(contrast.args)
+            elif contrast.op == "alt":
+                other = render(rng.choice(contrast.args), values, rng)
+                if contrast.para and len(contrast.args) > 1 and rng.random() < 0.4:
+                    t1, t2 = rng.sample(contrast.args, 2)
+                    out.append(_pair(render(t1, values, rng), render(t2, values, rng), True,
+                                     "paraphrase", frame.domain, frame.name, rng))
+            else:
+                changed = edited(frame, contrast, values, rng)
+                if changed is None:
+                    continue
+                other = render(rng.choice(frame.templates), changed, rng)
+            out.append(_pair(base, other, False, contrast.kind, frame.domain, frame.name, rng))
+    return out
+
+
+def seed_pairs(index: int, seed: Seed, rng: random.Random) -> list[Pair]:
+    domain, same, contrasts = seed
+    family = f"seed{index:02d}"
+    out = [_pair(a, b, True, "paraphrase", domain, family, rng)
+           for a, b in itertools.combinations(same, 2)]
+    for kind, other in contrasts:
+        for a in rng.sample(same, min(2, len(same))):
+            out.append(_pair(a, other, False, kind, domain, family, rng))
+    return out
+
+
+def topic_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
+    """Different questions of one domain and split: the easy negatives."""
+    out: list[Pair] = []
+    by_domain: dict[str, list[Pair]] = {}
+    for p in pairs:
+        by_domain.setdefault(p["domain"], []).append(p)
+    for _ in range(n):
+        group = by_domain[rng.choice(sorted(by_domain))]
+        x, y = rng.sample(group, 2)
+        if x["family"] != y["family"]:
+            out.append({**_pair(x["a"], y["b"], False, "topic", x["domain"], x["family"], rng)})
+    return out
+
+
+def build(seed: int) -> dict[str, list[Pair]]:
+    rng = random.Random(seed)
+    families: list[tuple[str, list[Pair]]] = []
+    for frame in (*TECH, *WORLD):
+        families.append((frame.name, frame_pairs(frame, rng)))
+    for i, s in enumerate(SEEDS):
+        families.append((f"seed{i:02d}", seed_pairs(i, s, rng)))
+    frames = [f for f in families if not f[0].startswith("seed")]
+    seeds = [f for f in families if f[0].startswith("seed")]
+    splitter = random.Random(seed)  # its own stream: editing a family moves no other family
+    splitter.shuffle(frames)
+    splitter.shuffle(seeds)
+    nf, ns = len(frames) // 5, len(seeds) // 5
+    splits = {"test": frames[:nf] + seeds[:ns], "dev": frames[nf:2 * nf] + seeds[ns:2 * ns],
+              "train": frames[2 * nf:] + seeds[2 * ns:]}
+    out: dict[str, list[Pair]] = {}
+    for name, fams in splits.items():
+        pairs = [p for _, ps in fams for p in ps]
+        pairs += topic_pairs(pairs, rng, len(pairs) // 12) + intent_pairs(pairs, rng,
+                                                                           len(pairs) // 3)
+        seen: set[tuple[str, str]] = set()
+        unique = []
+        for p in pairs:
+            key = (p["a"].lower(), p["b"].lower())
+            if p["a"].lower() != p["b"].lower() and key not in seen and key[::-1] not in seen:
+                seen.add(key)
+                unique.append(p)
+        rng.shuffle(unique)
+        out[name] = unique
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.judge.corpus")
+    parser.add_argument("--out", type=Path, default=Path("tests/data/judge"))
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, pairs in build(args.seed).items():
+        (args.out / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(p) + b"\n" for p in pairs))
+        kinds = Counter(p["kind"] for p in pairs)
+        same = sum(p["same"] for p in pairs)
+        fams = len({p["family"] for p in pairs})
+        print(f"{name}: {len(pairs)} pairs, {same} same, {fams} families, {dict(kinds)}")
+
+
+if __name__ == "__main__":
+    main()

