@@ -130,7 +130,7 @@ class CompletionHandler:
         body = policy.force_greedy(clipped.body) if s.greedy else clipped.body
         out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len,
                                         clipped.input_tokens)
-        body, asked = policy.cap_output(body, out_limit)
+        body, asked = policy.cap_output(kind, body, out_limit)
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
             d.metrics.clipped.labels("output").inc()

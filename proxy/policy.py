@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy import effective
 from proxy.errors import InputTooLong
+from proxy.types import Kind
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1}
-_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
 def force_greedy(body: dict[str, Any]) -> dict[str, Any]:
@@ -28,19 +29,18 @@ def output_limit(max_output: int, context_len: int | None, input_tokens: int) ->
     return min(max_output, room)
 
 
-def cap_output(body: dict[str, Any], limit: int) -> tuple[dict[str, Any], int | None]:
-    """Cap max_tokens / max_completion_tokens at limit, or set max_tokens when none is given.
-    Returns the new body and what the client had asked for when that was clipped."""
-    asked = [body[f] for f in _OUTPUT_FIELDS if body.get(f) is not None]
-    if not asked:
+def cap_output(kind: Kind, body: dict[str, Any],
+               limit: int) -> tuple[dict[str, Any], int | None]:
+    """Cap the output length vLLM will apply (proxy/effective.py: the field it reads) at limit,
+    or set max_tokens to limit when vLLM would apply none of the client's. Returns the new body
+    and what the client had asked for when that was clipped."""
+    field = effective.length_field(kind, body)
+    asked = body.get(field)
+    if asked is None or (kind == "completions" and "max_tokens" not in body):
         return {**body, "max_tokens": limit}, None
-    if max(asked) <= limit:
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= limit:
         return body, None
-    out = dict(body)
-    for f in _OUTPUT_FIELDS:
-        if out.get(f) is not None and out[f] > limit:
-            out[f] = limit
-    return out, max(asked)
+    return {**body, field: limit}, asked
 
 
 def with_usage(body: dict[str, Any]) -> dict[str, Any]:

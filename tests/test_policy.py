@@ -25,10 +25,10 @@ def test_output_limit():
 
 
 def test_cap_output():
-    assert cap_output({}, 100) == ({"max_tokens": 100}, None)
-    assert cap_output({"max_tokens": 50}, 100) == ({"max_tokens": 50}, None)
-    assert cap_output({"max_tokens": 500}, 100) == ({"max_tokens": 100}, 500)
-    body, asked = cap_output({"max_completion_tokens": 900, "max_tokens": 20}, 100)
+    assert cap_output("chat", {}, 100) == ({"max_tokens": 100}, None)
+    assert cap_output("chat", {"max_tokens": 50}, 100) == ({"max_tokens": 50}, None)
+    assert cap_output("chat", {"max_tokens": 500}, 100) == ({"max_tokens": 100}, 500)
+    body, asked = cap_output("chat", {"max_completion_tokens": 900, "max_tokens": 20}, 100)
     assert body == {"max_completion_tokens": 100, "max_tokens": 20} and asked == 900
 
 

@@ -1,11 +1,12 @@
 """Canonical request -> partition, exact key and the question text to embed.
 
 The partition is a hard wall: two requests share cached answers only when everything that
-could change vLLM's greedy output, other than the question text and `max_tokens`, is equal:
-the request kind, the model, the tenant (unless the cache is shared), the embedder's identity
-and every other body field (system prompt, earlier turns, tools, `response_format`, stop
-strings, penalties, seed, the policy's caps ...). Unknown fields land in the partition too, so
-a field we never heard of can only split the cache, never merge it.
+could change vLLM's greedy output, other than the question text and the output length, is
+equal: the request kind, the model, the tenant (unless the cache is shared), the embedder's
+identity and every field proxy/effective.py lists as KEYED (system prompt, earlier turns,
+tools, `response_format`, stop strings, penalties, seed ...). The output length is the one vLLM
+will apply (proxy/effective.py: which of max_tokens / max_completion_tokens it reads) and is
+kept on the entry. A field effective.py does not understand makes the request bypass the cache.
 
 The semantic text is the *last user message* (chat) or the prompt string (completions); all
 earlier turns are hashed into the partition, so a conversation is matched exactly up to its last
@@ -20,9 +21,8 @@ from typing import Any
 
 import orjson
 
-# Fields that never change the text of the answer (or are handled by the entry itself).
-_NEUTRAL = frozenset({"stream", "stream_options", "user", "max_tokens", "max_completion_tokens",
-                      "messages", "prompt", "model", "n"})
+from proxy import effective
+from proxy.types import Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,22 +39,9 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def cacheable(body: dict[str, Any]) -> str | None:
+def cacheable(kind: Kind, body: dict[str, Any]) -> str | None:
     """None when the request may use the cache, else the reason it may not."""
-    if body.get("n", 1) not in (1, None):
-        return "n"
-    if body.get("temperature", 1.0) not in (0, 0.0):
-        return "not_greedy"
-    if body.get("logprobs") or body.get("top_logprobs") or body.get("echo"):
-        return "logprobs"
-    if body.get("best_of", 1) not in (1, None):
-        return "best_of"
-    return None
-
-
-def max_tokens_of(body: dict[str, Any]) -> int | None:
-    value = body.get("max_completion_tokens", body.get("max_tokens"))
-    return int(value) if isinstance(value, int) else None
+    return effective.uncacheable(kind, body)
 
 
 def _text_of(content: Any) -> str | None:
@@ -66,9 +53,9 @@ def _text_of(content: Any) -> str | None:
     return None  # images, audio ...: exact tier only
 
 
-def request_keys(kind: str, body: dict[str, Any], tenant: str, embedder_id: str) -> RequestKeys:
+def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str) -> RequestKeys:
     model = str(body.get("model", ""))
-    rest = {k: v for k, v in body.items() if k not in _NEUTRAL}
+    rest = effective.keyed_fields(kind, body)
     text: str | None = None
     context: Any
     if kind == "chat":
@@ -94,4 +81,4 @@ def request_keys(kind: str, body: dict[str, Any], tenant: str, embedder_id: str)
     if text is not None and not text.strip():
         text = None
     return RequestKeys(namespace=model, partition=partition, exact=exact, text=text,
-                       max_tokens=max_tokens_of(body))
+                       max_tokens=effective.output_tokens(kind, body))

@@ -63,7 +63,7 @@ class SemanticCache:
         return result
 
     async def _lookup(self, req: CacheRequest) -> CacheResult:
-        if self.cfg.mode == "off" or req.no_store or cacheable(req.body) is not None:
+        if self.cfg.mode == "off" or req.no_store or cacheable(req.kind, req.body) is not None:
             return BYPASS
         keys = request_keys(req.kind, req.body, "" if self.cfg.shared else req.tenant,
                             self._identity)

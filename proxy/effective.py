@@ -1,0 +1,101 @@
+"""The request vLLM will actually run: which length field it reads, and which fields the proxy
+understands well enough to cache on.
+
+One place for the rules that policy (the output cap), the cache key and the cache's bypass
+decision all need, read off vLLM 0.32's own protocol models
+(`vllm/entrypoints/openai/{chat_completion,completion}/protocol.py`):
+
+- chat: `max_completion_tokens` when it is not null, else `max_tokens` (serving.py);
+- completions: only `max_tokens` (`max_completion_tokens` is not a field there: vLLM ignores
+  it), null meaning the default (16).
+
+Fields are an allow-list: NEUTRAL ones never change the greedy answer's text (or are handled by
+the cache entry itself), KEYED ones may and go into the cache key as sent, BYPASS ones change
+what the answer holds in ways a replay cannot reproduce. Any field in none of the three is not
+understood, and the request bypasses the cache: an unknown field can cost a hit, never serve a
+wrong answer. tests/test_effective.py checks every listed field exists in vLLM's models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.types import Kind
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default
+
+NEUTRAL: dict[Kind, frozenset[str]] = {
+    "chat": frozenset({"model", "messages", "stream", "stream_options", "user", "n", "priority",
+                       "request_id", "session_id", "cache_salt", "stream_interval",
+                       "max_tokens", "max_completion_tokens"}),
+    "completions": frozenset({"model", "prompt", "stream", "stream_options", "user", "n",
+                              "priority", "request_id", "session_id", "cache_salt",
+                              "stream_interval", "max_tokens"}),
+}
+_KEYED_BOTH = frozenset({
+    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
+    "include_stop_str_in_output", "ignore_eos", "min_tokens", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "length_penalty", "logit_bias", "bad_words",
+    "allowed_token_ids", "skip_special_tokens", "spaces_between_special_tokens",
+    "response_format", "structured_outputs", "add_special_tokens", "truncate_prompt_tokens",
+    "truncation_side", "return_token_ids", "return_tokens_as_token_ids",
+    "return_token_offsets", "thinking_token_budget"})
+KEYED: dict[Kind, frozenset[str]] = {
+    "chat": _KEYED_BOTH | {"tools", "tool_choice", "parallel_tool_calls", "chat_template",
+                           "chat_template_kwargs", "add_generation_prompt",
+                           "continue_final_message", "documents", "reasoning_effort",
+                           "include_reasoning", "return_prompt_text"},
+    "completions": _KEYED_BOTH | {"suffix"},
+}
+# Understood, but the answer then carries what a replay cannot reproduce (logprobs, beam
+# search, transfer parameters, multimodal payloads): never cached.
+BYPASS = frozenset({"echo", "logprobs", "top_logprobs", "prompt_logprobs", "logprob_token_ids",
+                    "use_beam_search", "kv_transfer_params", "ec_transfer_params",
+                    "mm_payload", "prompt_embeds", "mm_processor_kwargs", "media_io_kwargs",
+                    "return_mm_kwargs", "vllm_xargs", "repetition_detection", "watermarking",
+                    "routed_experts_prompt_start"})
+
+
+def length_field(kind: Kind, body: dict[str, Any]) -> str:
+    """The field vLLM reads the output length from, for this body."""
+    if kind == "chat" and body.get("max_completion_tokens") is not None:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def output_tokens(kind: Kind, body: dict[str, Any]) -> int | None:
+    """The output limit vLLM will apply; None = as much as the context leaves (chat only)."""
+    value = body.get(length_field(kind, body))
+    if value is None:
+        return COMPLETIONS_DEFAULT_MAX_TOKENS if kind == "completions" else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def not_understood(kind: Kind, body: dict[str, Any]) -> list[str]:
+    known = NEUTRAL[kind] | KEYED[kind]
+    return sorted(k for k in body if k not in known and k not in BYPASS)
+
+
+def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
+    """None when the request may use the cache, else the reason it may not."""
+    if body.get("n", 1) not in (1, None):
+        return "n"
+    if body.get("temperature", 1.0) not in (0, 0.0):
+        return "not_greedy"
+    if body.get("use_beam_search"):
+        return "beam_search"
+    for field in sorted(BYPASS):
+        if body.get(field) not in (None, False, 0):
+            return "logprobs" if "logprob" in field or field == "echo" else "field"
+    if not_understood(kind, body):
+        return "unknown_field"
+    if output_tokens(kind, body) is None and body.get(length_field(kind, body)) is not None:
+        return "length"  # a length vLLM would reject or coerce: let it answer
+    return None
+
+
+def keyed_fields(kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+    """What goes into the cache's partition besides model, question and context."""
+    return {k: v for k, v in body.items() if k in KEYED[kind]}

@@ -1,0 +1,89 @@
+"""proxy/effective.py: the length vLLM reads, the allow-list, and the two poisoning cases that
+once made the exact tier serve a truncated answer."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from proxy import effective, policy
+from proxy.cache.keys import request_keys
+
+P = "Write a long story about rivers"
+
+
+def test_chat_reads_max_completion_tokens_unless_null() -> None:
+    assert effective.output_tokens("chat", {"max_tokens": 3, "max_completion_tokens": 9}) == 9
+    assert effective.output_tokens("chat", {"max_tokens": 3,
+                                            "max_completion_tokens": None}) == 3
+    assert effective.output_tokens("chat", {"max_completion_tokens": None}) is None
+    assert effective.output_tokens("chat", {}) is None
+
+
+def test_completions_read_only_max_tokens_with_vllms_default() -> None:
+    body = {"max_tokens": 2, "max_completion_tokens": 512}
+    assert effective.output_tokens("completions", body) == 2
+    assert effective.output_tokens("completions", {"max_completion_tokens": 512}) == 16
+    assert effective.output_tokens("completions", {"max_tokens": None}) == 16
+
+
+def test_completions_poisoning_case_gets_different_keys() -> None:
+    """{max_tokens: 2, max_completion_tokens: 512} then {} used to be an exact HIT with the
+    2-token answer: after the proxy's policy the two now run (and are keyed) differently."""
+    first, _ = policy.cap_output("completions", {"model": "m", "prompt": P, "max_tokens": 2,
+                                                 "max_completion_tokens": 512}, 512)
+    second, _ = policy.cap_output("completions", {"model": "m", "prompt": P}, 512)
+    a = request_keys("completions", first, "", "e")
+    b = request_keys("completions", second, "", "e")
+    assert (a.max_tokens, b.max_tokens) == (2, 512)
+
+
+def test_chat_poisoning_case_gets_different_lengths() -> None:
+    msgs = [{"role": "user", "content": P}]
+    first, _ = policy.cap_output("chat", {"model": "m", "messages": msgs, "max_tokens": 3,
+                                          "max_completion_tokens": None}, 512)
+    second, _ = policy.cap_output("chat", {"model": "m", "messages": msgs,
+                                           "max_tokens": 40}, 512)
+    assert request_keys("chat", first, "", "e").max_tokens == 3
+    assert request_keys("chat", second, "", "e").max_tokens == 40
+
+
+def test_cap_output_caps_the_field_vllm_reads() -> None:
+    body, asked = policy.cap_output("chat", {"max_tokens": 5, "max_completion_tokens": 900}, 100)
+    assert body["max_completion_tokens"] == 100 and asked == 900
+    assert effective.output_tokens("chat", body) == 100
+    # completions: max_completion_tokens is ignored by vLLM, max_tokens is set to the cap
+    body, asked = policy.cap_output("completions", {"max_completion_tokens": 900}, 100)
+    assert effective.output_tokens("completions", body) == 100 and asked is None
+    body, asked = policy.cap_output("chat", {}, 100)
+    assert body["max_tokens"] == 100 and asked is None
+
+
+def test_allow_list() -> None:
+    greedy = {"model": "m", "prompt": "x", "temperature": 0}
+    assert effective.uncacheable("completions", greedy) is None
+    assert effective.uncacheable("completions", {**greedy, "suffix": "!"}) is None
+    assert effective.uncacheable("chat", {**greedy, "suffix": "!"}) == "unknown_field"
+    assert effective.uncacheable("completions", {**greedy, "echo": True}) == "logprobs"
+    assert effective.uncacheable("completions", {**greedy, "logprobs": False}) is None
+    assert effective.uncacheable("completions", {**greedy, "kv_transfer_params": {}}) == "field"
+    chat = {"model": "m", "messages": [], "temperature": 0}
+    assert effective.uncacheable("chat", chat) is None
+    assert effective.uncacheable("chat", {**chat, "store": True}) == "unknown_field"
+    assert effective.uncacheable("chat", {**chat, "max_tokens": "many"}) == "length"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vLLM is an optional backend; its models are the reference")
+def test_every_listed_field_is_a_vllm_field() -> None:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    for kind, model in (("chat", ChatCompletionRequest), ("completions", CompletionRequest)):
+        fields = set(model.model_fields)
+        listed = effective.NEUTRAL[kind] | effective.KEYED[kind]
+        assert listed <= fields, (kind, sorted(listed - fields))
+        # every vLLM field is classified: a new one shows up here, not as a silent bypass
+        assert fields <= listed | effective.BYPASS, (kind, sorted(fields - listed
+                                                                  - effective.BYPASS))
