@@ -6,7 +6,7 @@
 # KV budget each; load runs go one at a time, vLLM's /metrics read before and after each.
 set -u
 export PYTHONPATH=/root/vllm-site:$PWD PYTHONUNBUFFERED=1
-R=/root/results; mkdir -p $R /root/logs /root/pids
+R=${RESULTS:-/root/results}; mkdir -p $R /root/logs /root/pids
 bench_cli() { python3 -c "from vllm.entrypoints.cli.main import main; import sys; sys.argv=['vllm','bench','serve']+sys.argv[1:]; main()" "$@"; }
 start() {  # NAME PORT PROFILE [--set K=V ...]
   local name=$1 port=$2 profile=$3; shift 3
@@ -76,6 +76,23 @@ case "$1" in
     for rep in 2 3; do
       run base_edit_$rep 8001 code_edit 4 48
       run ngram_edit_$rep 8002 code_edit 4 48
+    done
+    ;;
+  C)  # a second session: draft-model speculation measured, n-gram at concurrency 1 too
+    until grep -q '^done' /root/train.log; do sleep 2; done
+    cp /root/train.log $R/
+    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+    start base 8001 baseline --set kv-cache-memory-bytes=6G
+    start ngram 8002 spec-ngram --set kv-cache-memory-bytes=6G
+    start draft 8003 spec-draft --set kv-cache-memory-bytes=6G
+    wait_up 8001 8002 8003
+    for p in 8001 8002 8003; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    for rep in 1 2 3; do
+      run draft_edit_$rep 8003 code_edit 4 48
+      run base_edit_$rep 8001 code_edit 4 48
+      run ngram_edit_$rep 8002 code_edit 4 48
+      run base_edit1c_$rep 8001 code_edit 1 16
+      run ngram_edit1c_$rep 8002 code_edit 1 16
     done
     ;;
 esac

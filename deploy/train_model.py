@@ -53,7 +53,7 @@ def _config(shape: ModelShape, tokenizer: Any, seq_len: int) -> Any:
         vocab_size=len(tokenizer), hidden_size=shape.hidden, intermediate_size=shape.intermediate,
         num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
         num_key_value_heads=shape.heads, max_position_embeddings=max(4 * seq_len, 8192),
-        rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         dtype="bfloat16")
 
@@ -100,7 +100,8 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(spec.seed)
-    model = LlamaForCausalLM(_config(spec.shape, tokenizer, spec.seq_len)).to(device)
+    config = _config(spec.shape, tokenizer, spec.seq_len)
+    model = LlamaForCausalLM(config).to(device)  # type: ignore[no-untyped-call,arg-type]
     model.config.use_cache = False
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=device.startswith("cuda"))
@@ -114,6 +115,7 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
         gen.set_state(state["gen"])
         step = int(state["step"])
         log(f"resumed at step {step}")
+    resumed_from = step
     params = sum(p.numel() for p in model.parameters())
     log(f"{params / 1e6:.1f}M params, {train_ids.numel() / 1e6:.1f}M train tokens")
     started = time.monotonic()
@@ -134,12 +136,13 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
         opt.step()
         step += 1
         if step % 50 == 0 or step == spec.steps:
-            loss = float(out_loss)
+            loss = float(out_loss.detach())
             log(f"step {step} loss {loss:.3f} {time.monotonic() - started:.0f}s")
         if step % spec.ckpt_every == 0:
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
                         "gen": gen.get_state(), "step": step}, ckpt)
-    report = {"params": params, "steps": step, "stopped_early": stopped_early,
+    report = {"params": params, "steps": step, "resumed_from": resumed_from,
+              "stopped_early": stopped_early,
               "train_loss": loss, "held_out_loss": held_out_loss(model, eval_ids, spec, device),
               "train_tokens": int(train_ids.numel()), "held_out_tokens": int(eval_ids.numel()),
               "seconds": round(time.monotonic() - started, 1), "spec": asdict(spec)}
