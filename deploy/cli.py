@@ -24,6 +24,21 @@ def _parser() -> argparse.ArgumentParser:
     be.add_argument("--no-validate", action="store_true",
                     help="skip the check against the installed vLLM (e.g. rendering elsewhere)")
 
+    tr = sub.add_parser("train-model", help="train a small code LM (+ a draft) on local sources")
+    tr.add_argument("dir", type=Path)
+    tr.add_argument("--draft-dir", type=Path, default=None, help="also train a draft model here")
+    tr.add_argument("--preset", choices=["main", "tiny"], default="main")
+    tr.add_argument("--steps", type=int, default=2400)
+    tr.add_argument("--draft-steps", type=int, default=1500)
+    tr.add_argument("--batch", type=int, default=32)
+    tr.add_argument("--seq-len", type=int, default=1024)
+    tr.add_argument("--max-minutes", type=float, default=5.5, help="stop early past this")
+    tr.add_argument("--draft-max-minutes", type=float, default=1.5)
+    tr.add_argument("--corpus-mb", type=float, default=200.0)
+    tr.add_argument("--vocab", type=int, default=16384)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--device", default=None, help="cuda if there is one, else cpu")
+
     pr = sub.add_parser("profiles", help="list profiles; one name shows it; several are diffed")
     pr.add_argument("names", nargs="*")
     pr.add_argument("--all", action="store_true", help="show equal flags too")
@@ -76,6 +91,23 @@ def _backend(args: argparse.Namespace) -> int:
     return 0  # not reached: exec replaces this process
 
 
+def _train_model(args: argparse.Namespace) -> int:
+    import torch
+
+    from deploy.train_model import spec_for, train_models
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    common = {"batch": args.batch, "seq_len": args.seq_len, "seed": args.seed}
+    spec = spec_for(args.preset, args.steps, max_minutes=args.max_minutes, **common)
+    draft = None
+    if args.draft_dir is not None:
+        draft = spec_for("draft" if args.preset == "main" else "tiny", args.draft_steps,
+                         max_minutes=args.draft_max_minutes, **common)
+    train_models(args.dir, spec, draft, args.draft_dir, args.corpus_mb, args.vocab, device)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "tiny-model":
@@ -86,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "backend":
         return _backend(args)
+    if args.cmd == "train-model":
+        return _train_model(args)
     if args.cmd == "profiles":
         from deploy.profiles import ProfileError, diff_table, list_table
 

@@ -42,8 +42,9 @@ class Vllm:
 
 
 def start_vllm(port: int | None = None, extra: list[str] | None = None,
-               log: Path | None = None, timeout: float = 300) -> Vllm:
-    model_dir = ensure_tiny_model()
+               log: Path | None = None, timeout: float = 300,
+               model_dir: Path | None = None) -> Vllm:
+    model_dir = model_dir or ensure_tiny_model()
     port = port or free_port()
     cmd = [sys.executable, "-m", "deploy", "backend", "--profile", "cpu-tiny",
            "--port", str(port), "--model", str(model_dir)]

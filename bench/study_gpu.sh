@@ -1,0 +1,98 @@
+#!/bin/bash
+# The reference study's GPU runs (issue 14), on the device machine, from a copy of the repo.
+# Usage: bash bench/study_gpu.sh PHASE  (vLLM unpacked at /root/vllm-site, models at
+# /root/model and /root/draft from `python -m deploy train-model`). Servers start through the
+# project's own profiles (`python -m deploy backend`), several at once on one GPU with a fixed
+# KV budget each; load runs go one at a time, vLLM's /metrics read before and after each.
+set -u
+export PYTHONPATH=/root/vllm-site:$PWD PYTHONUNBUFFERED=1
+R=${RESULTS:-/root/results}; mkdir -p $R /root/logs /root/pids
+bench_cli() { python3 -c "from vllm.entrypoints.cli.main import main; import sys; sys.argv=['vllm','bench','serve']+sys.argv[1:]; main()" "$@"; }
+start() {  # NAME PORT PROFILE [--set K=V ...]
+  local name=$1 port=$2 profile=$3; shift 3
+  setsid python3 -m deploy backend --profile "$profile" --port "$port" --no-validate \
+    --set gpu-memory-utilization=0.15 --set max-model-len=8192 "$@" \
+    > /root/logs/$name.log 2>&1 < /dev/null &
+  echo $! > /root/pids/$name
+}
+wait_up() {  # PORT...
+  for p in "$@"; do
+    for _ in $(seq 400); do curl -sf localhost:$p/health > /dev/null && break; sleep 1; done
+    curl -sf localhost:$p/health > /dev/null || echo "port $p not up"
+  done
+}
+stop_all() {  # the process groups this script started, by id
+  for f in /root/pids/*; do kill -- -"$(cat "$f")" 2> /dev/null; rm -f "$f"; done
+  while nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q .; do sleep 1; done
+}
+run() {  # TAG PORT WORKLOAD CONCURRENCY NUM [extra bench args]
+  local tag=$1 port=$2 wl=$3 conc=$4 num=$5; shift 5
+  export -f bench_cli
+  curl -s localhost:$port/metrics > $R/m_${tag}_a.txt
+  timeout 150 bash -c 'bench_cli "$@"' _ --backend vllm --base-url http://127.0.0.1:$port --endpoint /v1/completions \
+    --model model --tokenizer /root/model --dataset-name custom \
+    --dataset-path /root/wl/$wl.jsonl --skip-chat-template --num-prompts $num \
+    --max-concurrency $conc --request-rate inf --ignore-eos --seed 0 --save-result \
+    --result-dir $R --result-filename $tag.json "$@" > /root/logs/bench_$tag.log 2>&1 \
+    || tail -5 /root/logs/bench_$tag.log
+  curl -s localhost:$port/metrics > $R/m_${tag}_b.txt
+  grep -h "Mean TPOT\|Output token throughput" /root/logs/bench_$tag.log | tr '\n' ' '; echo " <- $tag"
+}
+
+case "$1" in
+  A)  # train is done; workloads; spec decoding at low load on code
+    until grep -q '^done' /root/train.log; do sleep 2; done
+    cat /root/model/train_report.json /root/draft/train_report.json > $R/train_reports.json
+    cp /root/train.log $R/
+    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+    start base 8001 baseline --set kv-cache-memory-bytes=6G
+    start ngram 8002 spec-ngram --set kv-cache-memory-bytes=6G
+    start draft 8003 spec-draft --set kv-cache-memory-bytes=6G
+    wait_up 8001 8002 8003
+    for p in 8001 8002 8003; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    for rep in 1 2 3; do
+      run base_edit_$rep 8001 code_edit 4 48
+      run ngram_edit_$rep 8002 code_edit 4 48
+      run draft_edit_$rep 8003 code_edit 4 48
+    done
+    run base_cont_1 8001 code_continue 4 48
+    run ngram_cont_1 8002 code_continue 4 48
+    run draft_cont_1 8003 code_continue 4 48
+    run base_edit_hi 8001 code_edit 64 256
+    run ngram_edit_hi 8002 code_edit 64 256
+    ;;
+  B)  # fp8 KV under a small KV budget; prefix caching on shared prefixes (base of A on 8001)
+    [ -f /root/pids/draft ] && kill -- -"$(cat /root/pids/draft)" && rm /root/pids/draft
+    start base_kv 8004 baseline --set kv-cache-memory-bytes=1G
+    start fp8_kv 8005 fp8-kv --set kv-cache-memory-bytes=1G
+    start prefix 8006 prefix-caching --set kv-cache-memory-bytes=6G
+    wait_up 8004 8005 8006
+    for rep in 1 2; do
+      run prefix_shared_$rep 8006 shared_prefix 16 256
+      run base_shared_$rep 8001 shared_prefix 16 256
+      run base_long_$rep 8004 long_context 64 128
+      run fp8_long_$rep 8005 long_context 64 128
+    done
+    for rep in 2 3; do
+      run base_edit_$rep 8001 code_edit 4 48
+      run ngram_edit_$rep 8002 code_edit 4 48
+    done
+    ;;
+  C)  # a second session: draft-model speculation measured, n-gram at concurrency 1 too
+    until grep -q '^done' /root/train.log; do sleep 2; done
+    cp /root/train.log $R/
+    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+    start base 8001 baseline --set kv-cache-memory-bytes=6G
+    start ngram 8002 spec-ngram --set kv-cache-memory-bytes=6G
+    start draft 8003 spec-draft --set kv-cache-memory-bytes=6G
+    wait_up 8001 8002 8003
+    for p in 8001 8002 8003; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    for rep in 1 2 3; do
+      run draft_edit_$rep 8003 code_edit 4 48
+      run base_edit_$rep 8001 code_edit 4 48
+      run ngram_edit_$rep 8002 code_edit 4 48
+      run base_edit1c_$rep 8001 code_edit 1 16
+      run ngram_edit1c_$rep 8002 code_edit 1 16
+    done
+    ;;
+esac
