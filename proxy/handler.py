@@ -145,7 +145,8 @@ class CompletionHandler:
         try:
             result = await d.cache.lookup(CacheRequest(
                 kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control,
-                hedge))
+                hedge, policy.exact_only(kind, tenant, request.headers.get(policy.SEMANTIC_HEADER),
+                                         s.cache_exact_only)))
         except BaseException:
             if hedge is not None:
                 await hedge.cancel()

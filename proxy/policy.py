@@ -50,3 +50,15 @@ def with_usage(body: dict[str, Any]) -> dict[str, Any]:
     if options.get("include_usage") is True:
         return body
     return {**body, "stream_options": {**options, "include_usage": True}}
+
+
+SEMANTIC_HEADER = "x-cache-semantic"  # "off": this request may only hit the exact tier
+
+
+def exact_only(kind: Kind, tenant: str, header: str | None, rules: tuple[str, ...]) -> bool:
+    """Whether a request must skip the semantic tier: the client asked (X-Cache-Semantic: off),
+    or PROXY_CACHE_EXACT_ONLY names its route ("chat", "completions") or its API key's identity
+    ("key:<identity>", as /metrics and PROXY_KEY_LIMITS name keys)."""
+    if (header or "").strip().lower() == "off":
+        return True
+    return kind in rules or (bool(tenant) and f"key:{tenant}" in rules)

@@ -53,6 +53,8 @@ class Settings:
     cache_ttl: float = 3600.0
     cache_max_entries: int = 10000
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
+    # exact tier only for these: "chat", "completions", "key:<identity>" (proxy/policy.py)
+    cache_exact_only: tuple[str, ...] = ()
     redis_url: str | None = None
     admin_key: str | None = None
     metrics_key: str | None = None  # when set, /metrics and /ready need it as a bearer token
@@ -146,6 +148,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "cache_max_entries": ("PROXY_CACHE_MAX_ENTRIES", _int, "cache size"),
     "cache_hedge": ("PROXY_CACHE_HEDGE", _onoff,
                     "start the upstream call while the semantic tier searches: on | off"),
+    "cache_exact_only": ("PROXY_CACHE_EXACT_ONLY", _csv,
+                         "exact tier only for: chat, completions, key:<identity> (comma list)"),
     "redis_url": ("PROXY_REDIS_URL", _opt_str, "Redis for the cache (unset: memory)"),
     "admin_key": ("PROXY_ADMIN_KEY", _opt_str, "key for the cache admin endpoints"),
     "metrics_key": ("PROXY_METRICS_KEY", _opt_str, "bearer key for /metrics and /ready"),
@@ -188,6 +192,9 @@ def _validate(s: Settings) -> None:
          "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)"),
         (s.cache_ttl > 0, "PROXY_CACHE_TTL must be positive"),
         (s.cache_max_entries > 0, "PROXY_CACHE_MAX_ENTRIES must be positive"),
+        (all(r in ("chat", "completions") or (r.startswith("key:") and len(r) > 4)
+             for r in s.cache_exact_only),
+         "PROXY_CACHE_EXACT_ONLY: a comma list of chat, completions, key:<identity>"),
     ]
     for ok, message in checks:
         if not ok:

@@ -22,6 +22,7 @@ class CacheRequest:
     # Called (at most once) when the exact tier missed and the semantic search begins: the
     # handler starts the upstream call then, so a miss does not wait for the embedding.
     hedge: Callable[[], None] | None = None
+    exact_only: bool = False  # skip the semantic tier (X-Cache-Semantic: off, or a setting)
 
 
 @dataclass(frozen=True, slots=True)

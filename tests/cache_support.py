@@ -41,13 +41,14 @@ def judge(rate: float = 0.01, threshold: float | None = 3.0) -> Judge:
 
 
 def chat(text: str, *, tenant: str = "", max_tokens: int | None = 16, model: str = "tiny",
-         no_cache: bool = False, no_store: bool = False, **extra: Any) -> CacheRequest:
+         no_cache: bool = False, no_store: bool = False, exact_only: bool = False,
+         **extra: Any) -> CacheRequest:
     body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}],
                             "temperature": 0, **extra}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     return CacheRequest(kind="chat", body=body, tenant=tenant, no_cache=no_cache,
-                        no_store=no_store)
+                        no_store=no_store, exact_only=exact_only)
 
 
 def answer(text: str, *, finish: str = "stop", tokens: int = 3) -> dict[str, Any]:

@@ -55,6 +55,15 @@ async def test_exact_then_semantic_hit(cache: SemanticCache, registry: Collector
     assert metric(registry, "proxy_cache_lookups_total", result="hit", tier="semantic") == 1
 
 
+async def test_exact_only_requests_skip_the_semantic_tier(cache: SemanticCache) -> None:
+    await fill(cache, "How do I reverse a list in Python?", "use reversed()")
+    strict = await cache.lookup(chat("What's the way to reverse a Python list?",
+                                     exact_only=True))
+    assert strict.status == "miss"
+    exact = await cache.lookup(chat("How do I reverse a list in Python?", exact_only=True))
+    assert (exact.status, exact.tier) == ("hit", "exact")
+
+
 async def test_near_miss_is_rejected_and_counted(cache: SemanticCache,
                                                  registry: CollectorRegistry) -> None:
     await fill(cache, "How do I reverse a list?", "reversed")

@@ -51,3 +51,17 @@ async def test_huge_max_tokens_comes_back_clipped(vllm):
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 40
     assert r.headers["x-proxy-max-tokens-clipped"] == "100000->40"
+
+
+def test_exact_only_by_header_route_or_key():
+    from proxy.policy import exact_only
+
+    assert exact_only("chat", "", "off", ())
+    assert exact_only("chat", "", " OFF ", ())
+    assert not exact_only("chat", "", "on", ())
+    assert not exact_only("chat", "", None, ())
+    assert exact_only("completions", "", None, ("completions",))
+    assert not exact_only("chat", "", None, ("completions",))
+    assert exact_only("chat", "abcd", None, ("key:abcd",))
+    assert not exact_only("chat", "", None, ("key:",))
+

@@ -45,3 +45,10 @@ def test_settings_are_frozen():
     s = Settings()
     with pytest.raises(AttributeError):
         s.port = 1  # type: ignore[misc]
+
+
+def test_exact_only_rules():
+    s = load_settings({"PROXY_CACHE_EXACT_ONLY": "chat,key:0123abcd"})
+    assert s.cache_exact_only == ("chat", "key:0123abcd")
+    with pytest.raises(SettingsError, match="PROXY_CACHE_EXACT_ONLY"):
+        load_settings({"PROXY_CACHE_EXACT_ONLY": "embeddings"})

@@ -81,7 +81,7 @@ class SemanticCache:
                 start()
         try:
             for _ in range(3):
-                hit, vector = await self._find(keys, hook)
+                hit, vector = await self._find(keys, hook, req.exact_only)
                 if hit is not None:
                     return hit
                 hook = None
@@ -104,14 +104,15 @@ class SemanticCache:
             return BYPASS
         return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
 
-    async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None
-                    ) -> tuple[CacheResult | None, Vector | None]:
+    async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None,
+                    exact_only: bool = False) -> tuple[CacheResult | None, Vector | None]:
         entry = await self.db.get_exact(keys.exact)
         if entry is not None and entry.partition == keys.partition:
             answer = serve(entry, keys.max_tokens, self.count)
             if answer is not None:
                 return CacheResult("hit", "exact", 1.0, answer), None
-        if self.cfg.mode != "semantic" or self.embedder is None or keys.text is None:
+        if (self.cfg.mode != "semantic" or self.embedder is None or keys.text is None
+                or exact_only):
             return None, None
         if hedge is not None:
             hedge()
