@@ -16,7 +16,7 @@ test-slow: setup
 	.venv/bin/python -m pytest -q -ra -m slow
 
 lint: setup
-	.venv/bin/ruff check proxy loadtest deploy tests
+	.venv/bin/ruff check proxy loadtest deploy tests bench tools
 
 typecheck: setup
-	.venv/bin/mypy proxy loadtest deploy
+	.venv/bin/mypy proxy loadtest deploy bench tools tests/support

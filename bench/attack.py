@@ -213,7 +213,8 @@ async def workers(mock: procs.Proc) -> Result:
 
 
 async def validation(mock: procs.Proc) -> Result:
-    cases = {"temperature_-1": ({"temperature": -1}, 400), "temperature_hot": (
+    cases: dict[str, tuple[dict[str, Any], int]] = {
+        "temperature_-1": ({"temperature": -1}, 400), "temperature_hot": (
         {"temperature": "hot"}, 400), "top_p_5": ({"top_p": 5}, 400), "n_2": ({"n": 2}, 400),
         "max_tokens_string": ({"max_tokens": "5"}, 200)}
     got = {}
@@ -232,7 +233,7 @@ ATTACKS: dict[str, Callable[..., Awaitable[Result]]] = {
 
 
 async def run(args: argparse.Namespace) -> list[Result]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     results = []
     with procs.mock(5, 1, None) as mock:

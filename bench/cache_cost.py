@@ -69,20 +69,20 @@ async def through_proxy(quick: bool) -> dict[str, Any]:
     fresh = [chat(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20))) + f" {i}?")
              for i in range(60 if quick else 600)]
     warm = [chat("warm up " + w) for w in WORDS[:50]]
-    with procs.mock(0, 0, "1", "mock-cache") as m:
-        with procs.ours(m.url, "0", {"PROXY_CACHE": "semantic"}, name="ours-hits") as p:
-            url = p.url + "/v1/chat/completions"
-            await lean.run(url, warm, 4, n=len(warm))
-            await lean.run(url, stored, 1, n=len(stored))  # misses: stored
-            await asyncio.sleep(1.0)  # background stores finish
-            for c in (1, 4, 16):
-                n = 60 if quick else 1500
-                r = await lean.run(url, stored, c, n=n)
-                out[f"exact_hit_c{c}"] = summarize(r, "hit/exact")
-                r = await lean.run(url, paraphrased, c, n=n)
-                out[f"semantic_hit_c{c}"] = summarize(r, "hit/semantic")
-                print(f"  c={c:2} exact {out[f'exact_hit_c{c}']}\n"
-                      f"       semantic {out[f'semantic_hit_c{c}']}", flush=True)
+    with procs.mock(0, 0, "1", "mock-cache") as m, \
+            procs.ours(m.url, "0", {"PROXY_CACHE": "semantic"}, name="ours-hits") as p:
+        url = p.url + "/v1/chat/completions"
+        await lean.run(url, warm, 4, n=len(warm))
+        await lean.run(url, stored, 1, n=len(stored))  # misses: stored
+        await asyncio.sleep(1.0)  # background stores finish
+        for c in (1, 4, 16):
+            n = 60 if quick else 1500
+            r = await lean.run(url, stored, c, n=n)
+            out[f"exact_hit_c{c}"] = summarize(r, "hit/exact")
+            r = await lean.run(url, paraphrased, c, n=n)
+            out[f"semantic_hit_c{c}"] = summarize(r, "hit/semantic")
+            print(f"  c={c:2} exact {out[f'exact_hit_c{c}']}\n"
+                  f"       semantic {out[f'semantic_hit_c{c}']}", flush=True)
     # Misses: new questions at 50 req/s. Hedging hides the lookup behind the upstream's own
     # time to answer, so it is measured against an upstream that takes 30 ms (a fast GPU's
     # TTFT for a short prompt) and one that takes none (nothing to hide behind).
@@ -108,9 +108,11 @@ async def embedder_batching(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     rng = random.Random(5)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 24))) for _ in range(512)]
-    for label, kw in (("on", {"max_batch": 32, "max_wait": 0.0}),
-                      ("on_wait2ms", {"max_batch": 32, "max_wait": 0.002}),
-                      ("off", {"max_batch": 1, "max_wait": 0.0})):
+    batching: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("on", {"max_batch": 32, "max_wait": 0.0}),
+        ("on_wait2ms", {"max_batch": 32, "max_wait": 0.002}),
+        ("off", {"max_batch": 1, "max_wait": 0.0}))
+    for label, kw in batching:
         emb = await Embedder.load(**kw)
         await emb.embed("warm up")
         for conc in (1, 8, 32):

@@ -19,6 +19,7 @@ makes the side-by-side table with ratios, the PNGs and the Markdown report per w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -74,10 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, wl in workloads.items():
             results = []
             for target in ("vllm", "proxy-cache-off", "proxy-cache-on"):
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     httpx.post(url + "/reset_prefix_cache", timeout=30)
-                except httpx.HTTPError:
-                    pass
                 time.sleep(1)
                 out = a.out / f"{name}-{target}.json"
                 if target == "vllm":

@@ -8,6 +8,7 @@ costs ~40-60 us per request, so at the rates used it is not the bottleneck. Its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,10 +38,8 @@ class _Conn(asyncio.Protocol):
             self.done.set_exception(ConnectionError("connection lost"))
 
     def data_received(self, data: bytes) -> None:
-        try:
+        with contextlib.suppress(httptools.HttpParserUpgrade):
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            pass
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower().startswith(b"x-cache") and not name.lower().endswith(b"similarity"):

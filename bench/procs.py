@@ -24,7 +24,7 @@ def pin(cores: str | None) -> list[str]:
 
 def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A server in its own process group (so stop_group takes its children too), logging to log."""
-    return subprocess.Popen(cmd, cwd=REPO, stdout=open(log, "ab"),  # noqa: SIM115
+    return subprocess.Popen(cmd, cwd=REPO, stdout=open(log, "ab"),
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, **(env or {})})
 

@@ -29,7 +29,7 @@ from proxy.errors import BadGateway, UpstreamError, UpstreamTimeout, UpstreamUna
 from proxy.transport import Limits
 
 CLIENTS = ("aiohttp", "httpx")
-LOADS = {"json_c64": (False, 0, 16, 64), "stream_c16": (True, 10, 32, 16)}
+LOADS = {"json_c64": (False, 0, 0, 64), "stream_c16": (True, 10, 2, 16)}  # ttft, itl ms
 
 
 class _HttpxReply:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                                                        for c in CLIENTS}
     for load, (stream, ttft, itl, conc) in LOADS.items():
         b = bodies(256, stream, 32 if stream else 16)
-        with procs.mock(ttft, itl if stream else 0, "1", f"mock-{load}") as m:
+        with procs.mock(ttft, itl, "1", f"mock-{load}") as m:
             for r in range(args.repeats):
                 for client in CLIENTS if r % 2 == 0 else CLIENTS[::-1]:
                     with proxy(client, m.url) as p:

@@ -21,7 +21,7 @@ def default_roots() -> list[Path]:
     paths = sysconfig.get_paths()
     roots = [Path(paths["stdlib"]), Path(paths["purelib"])]
     docs = Path(paths["data"]) / "share" / "doc"
-    return [r for r in dict.fromkeys(roots + [docs]) if r.is_dir()]
+    return [r for r in dict.fromkeys([*roots, docs]) if r.is_dir()]
 
 
 def is_held_out(rel: str) -> bool:

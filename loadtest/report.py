@@ -78,8 +78,8 @@ def cache_rows(res: dict[str, Any]) -> list[str]:
         out.append(row("Unverified cached answers:", c["unverified_cached_answers"]))
     for cls, s in res.get("by_cache", {}).items():
         out.append(row(f"Requests {cls}:", s["completed"]))
-        for m in ("ttft", "tpot", "e2el"):
-            out.append(row(f"Mean {m.upper()} {cls} (ms):", float(s[f"mean_{m}_ms"])))
+        out.extend(row(f"Mean {m.upper()} {cls} (ms):", float(s[f"mean_{m}_ms"]))
+                   for m in ("ttft", "tpot", "e2el"))
     return out
 
 

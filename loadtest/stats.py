@@ -60,7 +60,7 @@ def peaks(results: Sequence[Result]) -> tuple[float, int]:
     if not ok:
         return 0.0, 0
     t_min = min(r.start for r in ok)
-    n = int(math.ceil(max(r.start + r.latency for r in ok) - t_min)) + 1
+    n = math.ceil(max(r.start + r.latency for r in ok) - t_min) + 1
     tokens, conc = np.zeros(n), np.zeros(n)
     for r in ok:
         t = r.start + r.ttft

@@ -75,7 +75,7 @@ def depth_exceeds(value: Any, limit: int) -> bool:
         node, depth = stack.pop()
         if depth > limit:
             return True
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
+        stack.extend((child, depth + 1)
+                     for child in (node.values() if isinstance(node, dict) else node)
+                     if isinstance(child, dict | list))
     return False

@@ -23,7 +23,7 @@ def nest(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize("depth,limit,over", [(0, 1, False), (1, 1, False), (2, 1, True),
+@pytest.mark.parametrize(("depth", "limit", "over"), [(0, 1, False), (1, 1, False), (2, 1, True),
                                               (64, 64, False), (65, 64, True),
                                               (1000, 64, True)])
 def test_depth_exceeds(depth: int, limit: int, over: bool) -> None:
@@ -36,7 +36,7 @@ def test_depth_counts_the_deepest_branch_not_the_width() -> None:
     assert depth_exceeds(wide, 5)
 
 
-@pytest.mark.parametrize("prompt,n", [("hi", 1), ([1, 2, 3], 1), (["a", "b"], 2),
+@pytest.mark.parametrize(("prompt", "n"), [("hi", 1), ([1, 2, 3], 1), (["a", "b"], 2),
                                       ([[1], [2], [3]], 3), ([], 1)])
 def test_prompt_count(prompt: Any, n: int) -> None:
     assert prompt_count(prompt) == n
@@ -62,10 +62,10 @@ def test_counts_name_their_limits() -> None:
     b.check_counts("completions", {"prompt": [1, 2, 3, 4]})
     b.check_counts("chat", {"messages": "not a list: validation says so"})
     b.check_counts("completions", {})
-    with pytest.raises(TooManyItems, match="3 messages.*PROXY_MAX_MESSAGES") as err:
+    with pytest.raises(TooManyItems, match=r"3 messages.*PROXY_MAX_MESSAGES") as err:
         b.check_counts("chat", {"messages": [{}, {}, {}]})
     assert err.value.status == 413 and err.value.param == "messages"
-    with pytest.raises(TooManyItems, match="3 prompts.*PROXY_MAX_PROMPTS"):
+    with pytest.raises(TooManyItems, match=r"3 prompts.*PROXY_MAX_PROMPTS"):
         b.check_counts("completions", {"prompt": ["a", "b", "c"]})
 
 

@@ -36,7 +36,7 @@ async def test_within_the_limit_nothing_changes():
 
 
 async def test_reject_says_sent_and_allowed():
-    with pytest.raises(InputTooLong, match="7 input tokens.*at most 6"):
+    with pytest.raises(InputTooLong, match=r"7 input tokens.*at most 6"):
         await clip_chat({"messages": [SYS, *turns("a b c")]}, W, "m", 6, truncate=False)
 
 

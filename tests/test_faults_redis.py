@@ -88,12 +88,9 @@ def ask(q: str, **kw: Any) -> dict[str, Any]:
 
 def text_of(r: Any) -> str:
     if r.headers["content-type"].startswith("text/event-stream"):
-        out = []
-        for ev in r.text.split("\n\n"):
-            if ev.startswith("data: {"):
-                for ch in orjson.loads(ev[6:]).get("choices") or ():
-                    out.append((ch.get("delta") or {}).get("content") or "")
-        return "".join(out)
+        return "".join((ch.get("delta") or {}).get("content") or ""
+                       for ev in r.text.split("\n\n") if ev.startswith("data: {")
+                       for ch in orjson.loads(ev[6:]).get("choices") or ())
     return str(r.json()["choices"][0]["message"]["content"])
 
 

@@ -123,7 +123,7 @@ async def test_upstream_errors_keep_status_and_body():
     assert (s.status_code, s.json()) == (400, body)
 
 
-@pytest.mark.parametrize("knob,status", [("connect", 503), ("timeout", 504)])
+@pytest.mark.parametrize(("knob", "status"), [("connect", 503), ("timeout", 504)])
 async def test_upstream_down_or_slow_is_an_openai_error(knob: str, status: int):
     fake = FakeVllm()
     async with proxy_client(settings(), transport=fake.transport) as c:
@@ -170,7 +170,7 @@ BAD_BODIES: list[tuple[bytes, int]] = [
 ]
 
 
-@pytest.mark.parametrize("raw,status", BAD_BODIES)
+@pytest.mark.parametrize(("raw", "status"), BAD_BODIES)
 async def test_bad_input_is_a_4xx_openai_error(raw: bytes, status: int):
     fake = FakeVllm()
     async with proxy_client(settings(), transport=fake.transport) as c:

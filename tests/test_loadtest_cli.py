@@ -5,7 +5,7 @@ from loadtest.cli import main
 BASE = ["run", "--target", "http://127.0.0.1:1"]
 
 
-@pytest.mark.parametrize("extra,message", [
+@pytest.mark.parametrize(("extra", "message"), [
     (["--request-rate", "0"], "--request-rate must be > 0"),
     (["--range-ratio", "1.2"], "--range-ratio must be in [0, 1)"),
     (["--num-prompts", "0"], "--num-prompts must be > 0"),
@@ -37,5 +37,5 @@ def test_compare_needs_two(capsys):
 
 
 def test_unreachable_target_is_a_clear_error(capsys):
-    assert main(BASE + ["--num-prompts", "1", "--no-progress", "--no-scrape"]) == 2
+    assert main([*BASE, "--num-prompts", "1", "--no-progress", "--no-scrape"]) == 2
     assert "could not read a model" in capsys.readouterr().err

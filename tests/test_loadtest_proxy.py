@@ -18,9 +18,9 @@ pytestmark = pytest.mark.vllm
 def proxy(vllm, tmp_path):
     port = free_port()
     env = {**os.environ, "PROXY_UPSTREAM": vllm.url, "PROXY_CACHE": "exact"}
-    log = open(tmp_path / "proxy.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(port)],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp_path / "proxy.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(port)],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{port}/health", 60, proc)
         yield f"http://127.0.0.1:{port}"

@@ -31,7 +31,7 @@ def test_infinite_rate_sends_everything_at_once():
     assert list(schedule.offsets(math.inf, count=3)) == [0.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("rate,burst", [(0, 1), (-1, 1), (1, 0)])
+@pytest.mark.parametrize(("rate", "burst"), [(0, 1), (-1, 1), (1, 0)])
 def test_bad_rate_or_burstiness(rate, burst):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be > 0"):
         next(schedule.offsets(rate, burst))

@@ -22,7 +22,7 @@ def test_valid_chat_bodies(body):
     validate("chat", body)
 
 
-@pytest.mark.parametrize("body,param", [
+@pytest.mark.parametrize(('body', 'param'), [
     ({}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
      "max_completion_tokens"),

@@ -41,7 +41,7 @@ def test_lax_types_are_coerced_in_place() -> None:
     assert body == {"max_tokens": 5, "temperature": 0.5, "stream": True, "n": 1}
 
 
-@pytest.mark.parametrize("fields,param", [({"temperature": "hot"}, "body.temperature"),
+@pytest.mark.parametrize(("fields", "param"), [({"temperature": "hot"}, "body.temperature"),
                                           ({"max_tokens": 5.5}, "body.max_tokens"),
                                           ({"stop": 5}, "body.stop")])
 def test_type_errors_are_vllms_bad_request(fields: dict[str, Any], param: str) -> None:

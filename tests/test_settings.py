@@ -19,7 +19,7 @@ def test_env_then_flags_override():
     assert (s.max_input_tokens, s.input_overflow, s.cache) == (100, "truncate", "off")
 
 
-@pytest.mark.parametrize("env,needle", [
+@pytest.mark.parametrize(("env", "needle"), [
     ({"PROXY_PORT": "x"}, "PROXY_PORT"),
     ({"PROXY_PORT": "70000"}, "PROXY_PORT"),
     ({"PROXY_UPSTREAM": "vllm:8000"}, "PROXY_UPSTREAM"),

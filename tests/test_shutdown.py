@@ -26,9 +26,9 @@ CLEAN = (0, -signal.SIGTERM)
 
 
 def spawn(args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-{os.getpid()}.log", "wb")
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, env={**os.environ, **env},
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-{os.getpid()}.log", "wb") as log:
+        return subprocess.Popen([sys.executable, *args], cwd=REPO, env={**os.environ, **env},
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ class _Tok:
         return [1]
 
 
-@pytest.mark.parametrize("messages,tools,inline", [
+@pytest.mark.parametrize(("messages", "tools", "inline"), [
     ([{"role": "user", "content": "hi"}], None, True),
     ([{"role": "user", "content": "x" * 5000}], None, False),
     ([{"role": "user", "content": ""}] * 1000, None, False),  # many empty messages

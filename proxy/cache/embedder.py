@@ -15,6 +15,7 @@ reproduce), skipping `SentenceTransformer.encode`'s per-call bookkeeping. Same v
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +139,7 @@ class Embedder:
             self.batches += 1
             try:
                 vectors = await loop.run_in_executor(self._pool, self.encode, texts)
-            except Exception as exc:  # noqa: BLE001 - handed to every waiter
+            except Exception as exc:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)
@@ -150,10 +151,8 @@ class Embedder:
     async def aclose(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
-            except asyncio.CancelledError:
-                pass
             self._worker = None
             self._queue = None
         self._pool.shutdown(wait=False, cancel_futures=True)

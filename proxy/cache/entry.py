@@ -97,9 +97,9 @@ def serve(entry: Entry, max_tokens: int | None,
     if used is None:
         return None
     answer: dict[str, Any] | None = None
-    if reason == "stop" and (max_tokens is None or max_tokens >= used):
-        answer = copy.deepcopy(entry.answer)
-    elif reason == "length" and max_tokens == entry.max_tokens:
+    whole = (reason == "stop" and (max_tokens is None or max_tokens >= used)) or (
+        reason == "length" and max_tokens == entry.max_tokens)
+    if whole:
         answer = copy.deepcopy(entry.answer)
     elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
             and len(entry.pieces) == used:

@@ -11,6 +11,7 @@ for `retry_after` seconds before it tries again, so a dead Redis costs one refus
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,10 +45,9 @@ class RedisStore:
         self._reset = False
 
     async def open(self) -> RedisStore:
-        try:
+        # the proxy starts anyway; the cache is bypassed until Redis answers
+        with contextlib.suppress(StoreUnavailable):
             await self._call(self._check_epoch)
-        except StoreUnavailable:
-            pass  # the proxy starts anyway; the cache is bypassed until Redis answers
         return self
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:

@@ -113,7 +113,7 @@ class FakeVllm:
                                                lifespan="off", interface="asgi3",
                                                timeout_graceful_shutdown=1))
         task = asyncio.create_task(server.serve())
-        while not server.started:  # noqa: ASYNC110 (uvicorn offers no event to wait on)
+        while not server.started:
             if task.done():
                 task.result()
             await asyncio.sleep(0.01)

@@ -50,9 +50,9 @@ def start_vllm(port: int | None = None, extra: list[str] | None = None,
            "--port", str(port), "--model", str(model_dir)]
     for item in extra or []:
         cmd += ["--set", item]
-    logf = open(log or (Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-{port}.log"), "wb")
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log or (Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-{port}.log"), "wb") as logf:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/health", timeout, proc)
@@ -132,9 +132,9 @@ def proxy_process(**env: str) -> Iterator[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
     full.update({f"PROXY_{k.upper()}": v for k, v in env.items()})
     full["PROXY_PORT"] = str(port)
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"proxy-{port}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=full, cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(Path(os.environ.get("TMPDIR", "/tmp")) / f"proxy-{port}.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=full, cwd=REPO,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/health", 120, proc)

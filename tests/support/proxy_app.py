@@ -11,9 +11,9 @@ import httpx
 import uvicorn
 import uvloop
 
+from deploy.net import free_port, wait_http
 from proxy.app import create_app
 from proxy.settings import Settings
-from tests.support.procs import free_port, wait_http
 
 
 @asynccontextmanager

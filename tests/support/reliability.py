@@ -17,10 +17,11 @@ import httpx
 import psutil
 import uvicorn
 
+from deploy.net import free_port, wait_http
 from loadtest.mock import MockServer, start
 from proxy.app import create_app
 from proxy.settings import Settings
-from tests.support.procs import REPO, free_port, wait_http
+from tests.support.procs import REPO
 
 T = TypeVar("T")
 

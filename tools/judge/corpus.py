@@ -118,9 +118,8 @@ def seed_pairs(index: int, seed: Seed, rng: random.Random) -> list[Pair]:
     family = f"seed{index:02d}"
     out = [_pair(a, b, True, "paraphrase", domain, family, rng)
            for a, b in itertools.combinations(same, 2)]
-    for kind, other in contrasts:
-        for a in rng.sample(same, min(2, len(same))):
-            out.append(_pair(a, other, False, kind, domain, family, rng))
+    out.extend(_pair(a, other, False, kind, domain, family, rng)
+               for kind, other in contrasts for a in rng.sample(same, min(2, len(same))))
     return out
 
 
@@ -140,9 +139,8 @@ def topic_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
 
 def build(seed: int) -> dict[str, list[Pair]]:
     rng = random.Random(seed)
-    families: list[tuple[str, list[Pair]]] = []
-    for frame in (*TECH, *WORLD):
-        families.append((frame.name, frame_pairs(frame, rng)))
+    families: list[tuple[str, list[Pair]]] = [(frame.name, frame_pairs(frame, rng))
+                                              for frame in (*TECH, *WORLD)]
     for i, s in enumerate(SEEDS):
         families.append((f"seed{i:02d}", seed_pairs(i, s, rng)))
     frames = [f for f in families if not f[0].startswith("seed")]
