@@ -103,7 +103,8 @@ def litellm_python() -> Path:
     if not (venv / "bin" / "litellm").exists():
         WORK.mkdir(exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "litellm[proxy]==1.106.2"], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "litellm[proxy]==1.106.2"],
+                       check=True)
     return py
 
 
