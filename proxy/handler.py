@@ -177,8 +177,13 @@ class CompletionHandler:
 
     async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace) -> bytes:
         async with self.d.admission.slot(trace.tenant, trace.weight):
-            return await self.d.upstream.fetch("POST", PATHS[kind], orjson.dumps(body),
-                                               _upstream_headers(trace))
+            upstream = await self.d.upstream.open("POST", PATHS[kind], orjson.dumps(body),
+                                                  _upstream_headers(trace))
+            trace.upstream = upstream.backend.url
+            try:  # cancelling this (the client left) closes the upstream request
+                return await upstream.read()
+            finally:
+                await upstream.aclose()
 
     async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace) -> UpstreamStream:
         d = self.d

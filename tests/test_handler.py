@@ -324,6 +324,16 @@ async def test_access_log_has_no_prompt_text_unless_asked(caplog):
     assert "my secret plan" in str(second["prompt"])
 
 
+async def test_access_log_names_the_upstream_streamed_or_not(caplog):
+    fake = FakeVllm()
+    caplog.set_level("INFO", logger="proxy.access")
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        await c.post("/v1/chat/completions", json=CHAT)
+        await c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    lines = [r.fields for r in caplog.records if r.name == "proxy.access"]
+    assert [f["upstream"] for f in lines] == [settings().upstreams[0]] * 2
+
+
 async def test_upstream_200_that_is_not_json_is_a_502():
     from tests.support.fake_upstream import FakeReply, FakeTransport
 
