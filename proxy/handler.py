@@ -171,7 +171,7 @@ class CompletionHandler:
         trace.tokens_out = 0
         if not stream:
             return json_response(orjson.dumps(result.answer), headers=headers)
-        events = replay_stream(replay(kind, result.answer, usage))
+        events = replay_stream(replay(kind, result.answer, usage, result.events))
         return RelayResponse(events, self._closer(trace, None), headers=_sse(headers),
                              **self._send_limits())
 

@@ -20,15 +20,33 @@ def event(obj: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+# vLLM 0.32's non-streaming bodies, field for field (nulls included), for answers folded from
+# a stream; tests/test_replay_vllm.py diffs them against the real server.
+_CHAT_MESSAGE_NULLS = ("refusal", "annotations", "audio", "function_call", "reasoning")
+_TOP_NULLS: dict[Kind, tuple[str, ...]] = {
+    "chat": ("service_tier", "system_fingerprint", "usage", "prompt_logprobs",
+             "prompt_token_ids", "prompt_text", "kv_transfer_params", "ec_transfer_params",
+             "metrics"),
+    "completions": ("service_tier", "system_fingerprint", "usage", "kv_transfer_params",
+                    "ec_transfer_params", "metrics"),
+}
+
+
 class Accumulator:
-    """Folds parsed stream chunks into a non-streaming body (content, finish_reason, usage)."""
+    """Folds parsed stream chunks into a non-streaming body shaped as vLLM's, and keeps the
+    chunks themselves (without id/created) so a streamed replay is vLLM's own stream."""
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
         self.head: dict[str, Any] = {}
+        self.top: dict[str, Any] = {}  # system_fingerprint, prompt_token_ids, prompt_text
         self.texts: dict[int, list[str]] = {}
         self.finish: dict[int, Any] = {}
+        self.stop_reason: dict[int, Any] = {}
+        self.token_ids: dict[int, list[int] | None] = {}
+        self.prompt_ids: dict[int, Any] = {}
         self.usage: dict[str, Any] | None = None
+        self.events: list[dict[str, Any]] = []
         self.failed = False  # an error event, or something we cannot replay (tool calls)
 
     def add(self, obj: dict[str, Any]) -> None:
@@ -37,68 +55,130 @@ class Accumulator:
             return
         if not self.head:
             self.head = {k: obj.get(k) for k in ("id", "created", "model")}
+        self.events.append({k: v for k, v in obj.items() if k not in ("id", "created")})
+        for key in ("system_fingerprint", "prompt_token_ids", "prompt_text"):
+            if obj.get(key) is not None:
+                self.top[key] = obj[key]
         if obj.get("usage"):
             self.usage = obj["usage"]
         for choice in obj.get("choices") or ():
-            i = choice.get("index", 0)
-            if self.kind == "chat":
-                delta = choice.get("delta") or {}
-                if delta.get("tool_calls") or delta.get("function_call"):
-                    self.failed = True
-                text = delta.get("content")
-            else:
-                text = choice.get("text")
-            if text:
-                self.texts.setdefault(i, []).append(text)
-            else:
-                self.texts.setdefault(i, [])
-            if choice.get("finish_reason") is not None:
-                self.finish[i] = choice["finish_reason"]
+            self._choice(choice)
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        i = choice.get("index", 0)
+        if self.kind == "chat":
+            delta = choice.get("delta") or {}
+            if delta.get("tool_calls") or delta.get("function_call"):
+                self.failed = True
+            text = delta.get("content")
+        else:
+            text = choice.get("text")
+            if choice.get("prompt_token_ids") is not None:
+                self.prompt_ids[i] = choice["prompt_token_ids"]
+        self.texts.setdefault(i, [])
+        if text:
+            self.texts[i].append(text)
+        ids = choice.get("token_ids")
+        if ids is not None:
+            self.token_ids[i] = [*(self.token_ids.get(i) or []), *ids]
+        if choice.get("finish_reason") is not None:
+            self.finish[i] = choice["finish_reason"]
+            self.stop_reason[i] = choice.get("stop_reason")
 
     def completion(self) -> Completion | None:
         if self.failed or not self.texts or len(self.finish) < len(self.texts):
             return None
-        choices = []
-        for i in sorted(self.texts):
-            text = "".join(self.texts[i])
-            if self.kind == "chat":
-                choices.append({"index": i, "message": {"role": "assistant", "content": text},
-                                "logprobs": None, "finish_reason": self.finish[i]})
-            else:
-                choices.append({"index": i, "text": text, "logprobs": None,
-                                "finish_reason": self.finish[i]})
-        body = {**self.head, "object": "chat.completion" if self.kind == "chat"
-                else "text_completion", "choices": choices, "usage": self.usage}
+        choices = [self._folded(i) for i in sorted(self.texts)]
+        usage = None if self.usage is None else {
+            **self.usage, "prompt_tokens_details": self.usage.get("prompt_tokens_details"),
+            "completion_tokens_details": self.usage.get("completion_tokens_details")}
+        body: dict[str, Any] = {
+            **self.head, "object": "chat.completion" if self.kind == "chat"
+            else "text_completion", "choices": choices,
+            **{k: self.top.get(k) for k in _TOP_NULLS[self.kind]}, "usage": usage}
         pieces = tuple(self.texts[min(self.texts)])
-        return Completion(body=body, pieces=pieces)
+        return Completion(body=body, pieces=pieces, events=tuple(self.events))
+
+    def _folded(self, i: int) -> dict[str, Any]:
+        text = "".join(self.texts[i])
+        tail = {"logprobs": None, "finish_reason": self.finish[i],
+                "stop_reason": self.stop_reason.get(i), "token_ids": self.token_ids.get(i)}
+        if self.kind == "chat":
+            message = {"role": "assistant", "content": text,
+                       **dict.fromkeys(_CHAT_MESSAGE_NULLS)}
+            return {"index": i, "message": message, **tail, "routed_experts": None}
+        return {"index": i, "text": text, **tail, "prompt_logprobs": None,
+                "prompt_token_ids": self.prompt_ids.get(i), "routed_experts": None}
 
 
 def pieces_of(text: str) -> list[str]:
     return _PIECE.findall(text) or [text]
 
 
-def replay(kind: Kind, answer: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
-    """A cached non-streaming answer as a valid stream: role, content pieces, finish, usage."""
+def replay(kind: Kind, answer: dict[str, Any], include_usage: bool,
+           events: tuple[dict[str, Any], ...] | None = None) -> Iterator[bytes]:
+    """A cached answer as a stream: vLLM's own chunks when it was stored from a stream (new id
+    and created), else chunks shaped as vLLM's (the text re-split at word boundaries: a JSON
+    answer does not say where its tokens were)."""
     chat = kind == "chat"
     head = {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
             "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()), "model": answer.get("model")}
+            "created": int(time.time())}
+    if events is not None:
+        yield from _replayed(head, events, include_usage)
+        return
+    yield from _synthesized(chat, {**head, "model": answer.get("model")}, answer,
+                            include_usage)
+
+
+def _replayed(head: dict[str, Any], events: tuple[dict[str, Any], ...],
+              include_usage: bool) -> Iterator[bytes]:
+    # The proxy always asks vLLM for the usage chunk. Without include_usage vLLM puts
+    # system_fingerprint on the last content chunk instead: move it there when dropping usage.
+    out: list[dict[str, Any]] = []
+    for ev in events:
+        if not ev.get("choices") and ev.get("usage") and not include_usage:
+            if out and ev.get("system_fingerprint") is not None:
+                out[-1]["system_fingerprint"] = ev["system_fingerprint"]
+            continue
+        out.append({"id": head["id"], "object": ev.get("object", head["object"]),
+                    "created": head["created"], **{k: v for k, v in ev.items() if k != "object"}})
+    for ev in out:
+        yield event(ev)
+    yield DONE
+
+
+def _synthesized(chat: bool, head: dict[str, Any], answer: dict[str, Any],
+                 include_usage: bool) -> Iterator[bytes]:
     for choice in answer.get("choices") or ():
         i = choice.get("index", 0)
         if chat:
             yield event({**head, "choices": [{"index": i, "delta": {"role": "assistant",
-                         "content": ""}, "logprobs": None, "finish_reason": None}]})
+                         "content": ""}, "logprobs": None, "finish_reason": None}],
+                         "prompt_token_ids": answer.get("prompt_token_ids"),
+                         "prompt_text": answer.get("prompt_text")})
             text = (choice.get("message") or {}).get("content") or ""
         else:
             text = choice.get("text") or ""
-        for piece in pieces_of(text) if text else ():
-            part = {"content": piece} if chat else None
-            yield event({**head, "choices": [
-                {"index": i, "delta": part, "logprobs": None, "finish_reason": None} if chat
-                else {"index": i, "text": piece, "logprobs": None, "finish_reason": None}]})
-        last = {"index": i, "logprobs": None, "finish_reason": choice.get("finish_reason")}
-        yield event({**head, "choices": [{**last, "delta": {}} if chat
-                                         else {**last, "text": ""}]})
-    if include_usage and answer.get("usage"):
-        yield event({**head, "choices": [], "usage": answer["usage"]})
+        pieces = pieces_of(text) if text else [""]
+        for n, piece in enumerate(pieces):
+            last = n == len(pieces) - 1
+            out: dict[str, Any] = {"index": i, "delta": {"content": piece}} if chat else {
+                "index": i, "text": piece}
+            out.update({"logprobs": None,
+                        "finish_reason": choice.get("finish_reason") if last else None})
+            if last or not chat:
+                out["stop_reason"] = choice.get("stop_reason") if last else None
+            if not chat:
+                out["prompt_token_ids"] = None
+            out["token_ids"] = None
+            tail = {"system_fingerprint": answer.get("system_fingerprint")} \
+                if last and not include_usage and answer.get("system_fingerprint") else {}
+            yield event({**head, "choices": [out], **tail})
+    usage = answer.get("usage")
+    if include_usage and usage:
+        counts = {k: usage.get(k) for k in ("prompt_tokens", "total_tokens",
+                                             "completion_tokens")}
+        yield event({**head, "choices": [], "usage": counts,
+                     "system_fingerprint": answer.get("system_fingerprint")})
     yield DONE

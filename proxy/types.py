@@ -32,12 +32,15 @@ class CacheResult:
     similarity: float | None = None
     answer: dict[str, Any] | None = None  # full non-streaming OpenAI body, on a hit
     ticket: object | None = None  # opaque, handed back to store()/abandon() on a miss
+    # on a hit from a streamed answer: vLLM's own chunks (without id/created), replayed as is
+    events: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Completion:
     body: dict[str, Any]  # full non-streaming OpenAI body (accumulated when streamed)
     pieces: tuple[str, ...] | None = None  # each streamed content delta, in order
+    events: tuple[dict[str, Any], ...] | None = None  # the stream's chunks, without id/created
 
 
 class AnswerCache(Protocol):

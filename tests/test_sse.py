@@ -30,8 +30,27 @@ def test_chat_replay_is_a_valid_stream_that_folds_back():
         acc.add(c)
     done = acc.completion()
     assert done is not None
-    assert done.body["choices"] == [{**ANSWER["choices"][0]}]
-    assert done.body["usage"] == ANSWER["usage"] and len(done.pieces or ()) == 3
+    choice, original = done.body["choices"][0], ANSWER["choices"][0]
+    assert choice["message"]["content"] == original["message"]["content"]
+    assert choice["finish_reason"] == original["finish_reason"]
+    # folded as vLLM shapes a non-streaming answer: its null fields included
+    assert choice["stop_reason"] is None and choice["message"]["refusal"] is None
+    assert {k: done.body["usage"][k] for k in ANSWER["usage"]} == ANSWER["usage"]
+    assert len(done.pieces or ()) == 3
+    assert done.events is not None and len(done.events) == len(chunks)
+
+
+def test_a_streamed_replay_is_the_stored_stream():
+    events = ({"object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop", "stop_reason": None}]},
+              {"object": "chat.completion.chunk", "model": "m", "choices": [],
+               "usage": {"completion_tokens": 1}, "system_fingerprint": "fp"})
+    with_usage = parse(replay("chat", ANSWER, True, events))
+    assert [{k: v for k, v in c.items() if k not in ("id", "created")}
+            for c in with_usage] == list(events)
+    assert len({c["id"] for c in with_usage}) == 1
+    without = parse(replay("chat", ANSWER, False, events))
+    assert len(without) == 1 and without[0]["system_fingerprint"] == "fp"
 
 
 def test_completions_replay_without_usage():

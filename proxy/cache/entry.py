@@ -32,6 +32,7 @@ class Entry:
     answer: dict[str, Any]
     pieces: tuple[str, ...] | None = None
     vector: bytes | None = None  # float32, normalized; None = exact tier only
+    events: tuple[dict[str, Any], ...] | None = None  # vLLM's stream chunks (sse.py)
     created: float = field(default_factory=time.time)
     id: int = 0
 
@@ -51,7 +52,8 @@ class Entry:
             "exact": self.exact, "partition": self.partition, "namespace": self.namespace,
             "kind": self.kind, "text": self.text, "max_tokens": self.max_tokens,
             "answer": self.answer, "pieces": self.pieces, "created": self.created,
-            "id": self.id, "vector": self.vector.hex() if self.vector else None})
+            "id": self.id, "vector": self.vector.hex() if self.vector else None,
+            "events": self.events})
 
     @staticmethod
     def from_json(raw: bytes | str) -> Entry:
@@ -61,7 +63,8 @@ class Entry:
                      kind=d["kind"], text=d.get("text"), max_tokens=d.get("max_tokens"),
                      answer=d["answer"], pieces=tuple(pieces) if pieces is not None else None,
                      vector=bytes.fromhex(d["vector"]) if d.get("vector") else None,
-                     created=float(d.get("created", 0.0)), id=int(d.get("id", 0)))
+                     created=float(d.get("created", 0.0)), id=int(d.get("id", 0)),
+                     events=tuple(d["events"]) if d.get("events") else None)
 
 
 def storable(answer: dict[str, Any]) -> bool:
@@ -92,7 +95,8 @@ def _set_text(answer: dict[str, Any], text: str) -> None:
 
 def serve(entry: Entry, max_tokens: int | None,
           count: TextCounter | None = None) -> dict[str, Any] | None:
-    """The answer body for a request with this `max_tokens`, or None when not exactly right."""
+    """The answer body for a request with this `max_tokens`, or None when not exactly right.
+    (A whole answer may also be replayed from `entry.events`: see `replayable`.)"""
     reason, used = entry.finish_reason, entry.completion_tokens
     if used is None:
         return None
@@ -128,3 +132,12 @@ def better(new: Entry, old: Entry) -> bool:
     if new.finish_reason == "stop":
         return True
     return (new.max_tokens or 0) >= (old.max_tokens or 0)
+
+
+def replayable(entry: Entry, answer: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
+    """vLLM's own stream chunks, when `answer` is the entry's whole answer (not a cut)."""
+    if entry.events is None or answer["choices"][0].get("finish_reason") != \
+            entry.finish_reason or answer.get("usage") != entry.answer.get("usage"):
+        return None
+    return entry.events
+

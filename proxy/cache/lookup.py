@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
-from proxy.cache.entry import Entry, serve, storable
+from proxy.cache.entry import Entry, replayable, serve, storable
 from proxy.cache.index import VectorIndex
 from proxy.cache.judge import Judge
 from proxy.cache.keys import RequestKeys, cacheable, request_keys
@@ -110,7 +110,8 @@ class SemanticCache:
         if entry is not None and entry.partition == keys.partition:
             answer = serve(entry, keys.max_tokens, self.count)
             if answer is not None:
-                return CacheResult("hit", "exact", 1.0, answer), None
+                return CacheResult("hit", "exact", 1.0, answer,
+                                   events=replayable(entry, answer)), None
         if (self.cfg.mode != "semantic" or self.embedder is None or keys.text is None
                 or exact_only):
             return None, None
@@ -141,7 +142,8 @@ class SemanticCache:
             answer = serve(cand, keys.max_tokens, self.count)
             if answer is not None:
                 self.metrics.similarity.labels("hit").observe(sim)
-                return CacheResult("hit", "semantic", round(sim, 4), answer), vector
+                return CacheResult("hit", "semantic", round(sim, 4), answer,
+                                   events=replayable(cand, answer)), vector
         if best is not None:
             self.metrics.similarity.labels("miss").observe(best)
         return None, vector
@@ -209,7 +211,7 @@ class SemanticCache:
         entry = Entry(exact=keys.exact, partition=keys.partition, namespace=keys.namespace,
                       kind=ticket.kind, text=keys.text if vector is not None else None,
                       max_tokens=keys.max_tokens, answer=completion.body,
-                      pieces=completion.pieces,
+                      pieces=completion.pieces, events=completion.events,
                       vector=vector.astype("float32").tobytes() if vector is not None else None)
         stored = await self.db.put(entry)
         if self.index is None:
