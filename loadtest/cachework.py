@@ -11,7 +11,7 @@ from importlib import resources
 
 import numpy as np
 
-from loadtest.workload import Request, WorkloadConfig
+from loadtest.request import Request, WorkloadConfig
 
 
 @dataclass(frozen=True)

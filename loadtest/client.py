@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadtest.request import Request
 from loadtest.tokens import Tokenizer, count_tokens
-from loadtest.workload import Request
 
 
 @dataclass

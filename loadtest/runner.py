@@ -14,8 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from loadtest import schedule
 from loadtest.client import Client, Result
+from loadtest.request import Request
 from loadtest.selfcheck import LoopLagMonitor, SelfCheck
-from loadtest.workload import Request, warmup_requests
+from loadtest.workload import warmup_requests
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,14 @@ import orjson
 from loadtest import cachestats, report, stats, workload
 from loadtest.client import Client, ClientConfig
 from loadtest.metrics_scrape import Scraper
+from loadtest.request import WorkloadConfig
 from loadtest.runner import RunConfig, RunOutput, run
 from loadtest.tokens import HFTokenizer, Tokenizer
 
 
 @dataclass(frozen=True)
 class Plan:
-    workload: workload.WorkloadConfig
+    workload: WorkloadConfig
     run: RunConfig
     percentiles: list[float]
     percentile_metrics: list[str]
@@ -30,7 +31,7 @@ class Plan:
 
 
 def plan(a: argparse.Namespace) -> Plan:
-    wl = workload.WorkloadConfig(
+    wl = WorkloadConfig(
         name=a.workload, seed=a.seed, input_len=a.input_len,
         output_len=a.sharegpt_output_len if a.workload == "sharegpt" else a.output_len,
         range_ratio=a.range_ratio, ignore_eos=a.ignore_eos, dataset_path=a.dataset_path,

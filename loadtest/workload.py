@@ -6,11 +6,12 @@ import itertools
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from loadtest.cachework import cache_stream
+from loadtest.request import Request, WorkloadConfig
 from loadtest.tokens import Tokenizer
 
 # Filler vocabulary when no tokenizer is given: common words that are ~1 token each in BPE vocabs.
@@ -23,32 +24,6 @@ WORDS = (
     "kid body information back parent face others level office door health person art war "
     "history party result change morning reason research girl guy moment air teacher force"
 ).split()
-
-
-@dataclass(frozen=True)
-class Request:
-    index: int
-    prompt: str
-    max_tokens: int
-    prompt_len: int | None = None   # known when a tokenizer sized it
-    ignore_eos: bool = False
-    canonical_id: str | None = None  # cache workload: which question this really is
-    kind: str = ""                   # cache workload: new / repeat / paraphrase / near_miss
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    name: str = "random"
-    seed: int = 0
-    input_len: int = 128
-    output_len: int = 32
-    range_ratio: float = 0.0
-    ignore_eos: bool = False
-    dataset_path: str | None = None
-    prefix_len: int = 256
-    suffix_len: int = 32
-    num_prefixes: int = 4
-    cache: dict[str, float] = field(default_factory=dict)
 
 
 def length_bounds(mean: int, ratio: float, floor: int = 1) -> tuple[int, int]:
@@ -167,7 +142,6 @@ def stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
     elif cfg.name == "sharegpt":
         it = sharegpt_stream(cfg, tok)
     elif cfg.name == "cache":
-        from loadtest.cachework import cache_stream
         it = cache_stream(cfg)
     else:
         raise ValueError(f"unknown workload {cfg.name!r}")

@@ -4,7 +4,8 @@ import itertools
 import pytest
 
 from loadtest.cachework import load_families
-from loadtest.workload import WorkloadConfig, stream
+from loadtest.request import WorkloadConfig
+from loadtest.workload import stream
 
 
 def take(n, seed=0, **cache):

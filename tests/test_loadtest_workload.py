@@ -4,6 +4,7 @@ import json
 import pytest
 
 from loadtest import workload
+from loadtest.request import WorkloadConfig
 from loadtest.tokens import HFTokenizer
 from tests.support.procs import ensure_tiny_model
 
@@ -13,7 +14,7 @@ def take(cfg, n, tok=None):
 
 
 def test_random_is_seeded_and_lengths_respect_the_range_ratio():
-    cfg = workload.WorkloadConfig(seed=1, input_len=40, output_len=20, range_ratio=0.5)
+    cfg = WorkloadConfig(seed=1, input_len=40, output_len=20, range_ratio=0.5)
     a, b = take(cfg, 50), take(cfg, 50)
     assert [r.prompt for r in a] == [r.prompt for r in b]
     assert all(10 <= r.max_tokens <= 30 for r in a)
@@ -23,14 +24,14 @@ def test_random_is_seeded_and_lengths_respect_the_range_ratio():
 
 def test_random_with_a_tokenizer_hits_exact_token_counts():
     tok = HFTokenizer(str(ensure_tiny_model()))
-    cfg = workload.WorkloadConfig(seed=0, input_len=64, output_len=8, ignore_eos=True)
+    cfg = WorkloadConfig(seed=0, input_len=64, output_len=8, ignore_eos=True)
     reqs = take(cfg, 5, tok)
     assert all(r.prompt_len == 64 == len(tok.encode(r.prompt)) for r in reqs)
     assert all(r.ignore_eos for r in reqs)
 
 
 def test_prefix_workload_shares_prefixes():
-    cfg = workload.WorkloadConfig(name="prefix", prefix_len=30, suffix_len=5, num_prefixes=2)
+    cfg = WorkloadConfig(name="prefix", prefix_len=30, suffix_len=5, num_prefixes=2)
     reqs = take(cfg, 20)
     heads = {" ".join(r.prompt.split()[:30]) for r in reqs}
     assert len(heads) == 2
@@ -43,17 +44,17 @@ def test_sharegpt(tmp_path):
             for i in range(5)] + [{"conversations": [{"from": "human", "value": "alone"}]}]
     f = tmp_path / "sg.json"
     f.write_text(json.dumps(data))
-    reqs = take(workload.WorkloadConfig(name="sharegpt", dataset_path=str(f), output_len=0), 12)
+    reqs = take(WorkloadConfig(name="sharegpt", dataset_path=str(f), output_len=0), 12)
     assert {r.prompt for r in reqs} == {f"question {i} " * 3 for i in range(5)}  # cycles
     assert all(r.max_tokens >= 5 for r in reqs)
 
 
 def test_bad_workload_settings_fail_early(tmp_path):
     with pytest.raises(ValueError, match="not found"):
-        workload.stream(workload.WorkloadConfig(name="sharegpt", dataset_path="/nope"), None)
+        workload.stream(WorkloadConfig(name="sharegpt", dataset_path="/nope"), None)
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="not valid JSON"):
-        workload.stream(workload.WorkloadConfig(name="sharegpt",
+        workload.stream(WorkloadConfig(name="sharegpt",
                                                 dataset_path=str(tmp_path / "bad.json")), None)
     with pytest.raises(ValueError, match="range ratio"):
-        workload.stream(workload.WorkloadConfig(range_ratio=1.5), None)
+        workload.stream(WorkloadConfig(range_ratio=1.5), None)

@@ -1,0 +1,60 @@
+"""No import cycles among the project's modules (function-level imports included), and the
+layering of ../shared/design.md: the proxy never imports the load tester or deploy, and the
+load tester never imports the proxy."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("proxy", "loadtest", "deploy")
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {_module(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            edges[name] |= {t for t in targets if t in modules and t != name}
+    return edges
+
+
+def test_no_import_cycles() -> None:
+    edges = graph()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])
+    # a package importing its own submodules (proxy.cache -> proxy.cache.x) is not a cycle
+    real = [c for c in cycles if not all(m.startswith(c[0] + ".") or m == c[0] for m in c)]
+    assert real == [], real
+
+
+def test_layering() -> None:
+    for name, targets in graph().items():
+        if name.startswith("proxy"):
+            assert not any(t.startswith(("loadtest", "deploy")) for t in targets), name
+        if name.startswith("loadtest"):
+            assert not any(t.startswith("proxy") for t in targets), name
