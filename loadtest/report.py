@@ -101,6 +101,8 @@ def selfcheck_rows(res: dict[str, Any]) -> list[str]:
         return []
     return [section("Client self-check"), row("Send lag P99 (ms):", s["send_lag_p99_ms"]),
             row("Event-loop lag P99 (ms):", s["loop_lag_p99_ms"]),
+            row("Event-loop lag max (ms):", s["loop_lag_max_ms"]),
+            row("Event-loop stalls:", s.get("loop_stalls", 0)),
             row("Client CPU use (%):", s["client_cpu_util"] * 100)]
 
 

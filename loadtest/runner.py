@@ -63,7 +63,7 @@ async def run(client: Client, requests: Iterator[Request], cfg: RunConfig) -> Ru
         requests = itertools.chain([first], requests)
         await warm_up(client, cfg.warmup, cfg.max_concurrency, first.max_tokens)
     sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
-    check = SelfCheck(burst=math.isinf(cfg.request_rate) and sem is None)
+    check = SelfCheck(closed_loop=math.isinf(cfg.request_rate))
     monitor = LoopLagMonitor()
     monitor.start()
     results: list[Result] = []

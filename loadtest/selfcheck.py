@@ -1,4 +1,11 @@
-"""Is the client the bottleneck? Send lag behind schedule, event-loop lag, client CPU use."""
+"""Is the client the bottleneck? Send lag behind schedule, event-loop stalls, client CPU use.
+
+Two failure modes, both measured: crying wolf and missing a stall. Send lag is judged only
+against a schedule (a finite --request-rate): in a closed loop (no rate, a concurrency limit)
+a request is sent when a slot frees, so there is no schedule to lag. Event-loop lag is sampled
+every 5 ms; a percentile hides one long stall among thousands of samples, so every wake-up
+later than STALL_S counts as a stall and is reported with the worst one.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import numpy as np
 
 SEND_LAG_WARN_S = 0.010
 LOOP_LAG_WARN_S = 0.020
+STALL_S = 0.100  # an event-loop wake-up this late is a stall: timings around it are inflated
 CPU_WARN = 0.90
 
 
@@ -45,7 +53,7 @@ class SelfCheck:
     loop_lags: list[float] = field(default_factory=list)
     cpu_s: float = 0.0
     wall_s: float = 0.0
-    burst: bool = False         # everything at t=0: send lag is expected, not a warning
+    closed_loop: bool = False   # no request rate: no schedule to lag, send lag not judged
 
     def summary(self) -> dict[str, Any]:
         def pct(xs: list[float], p: float) -> float:
@@ -57,15 +65,16 @@ class SelfCheck:
             "send_lag_max_ms": max(self.send_lags, default=0.0) * 1000,
             "loop_lag_p99_ms": pct(self.loop_lags, 99),
             "loop_lag_max_ms": max(self.loop_lags, default=0.0) * 1000,
+            "loop_stalls": sum(lag >= STALL_S for lag in self.loop_lags),
             "client_cpu_util": self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
         }
-        d["warnings"] = self.warnings(d, self.burst)
+        d["warnings"] = self.warnings(d, self.closed_loop)
         return d
 
     @staticmethod
-    def warnings(d: dict[str, Any], burst: bool = False) -> list[str]:
+    def warnings(d: dict[str, Any], closed_loop: bool = False) -> list[str]:
         w = []
-        if not burst and d["send_lag_p99_ms"] > SEND_LAG_WARN_S * 1000:
+        if not closed_loop and d["send_lag_p99_ms"] > SEND_LAG_WARN_S * 1000:
             w.append(f"client sends lag the schedule (p99 {d['send_lag_p99_ms']:.1f} ms): "
                      "the load tester, not the server, may be limiting the request rate")
         if d["loop_lag_p99_ms"] > LOOP_LAG_WARN_S * 1000:
@@ -74,6 +83,10 @@ class SelfCheck:
                    "processes on this machine are starving it")
             w.append(f"event-loop lag p99 {d['loop_lag_p99_ms']:.1f} ms: timings include "
                      f"client-side delay; {why}")
+        if d.get("loop_stalls", 0):
+            w.append(f"{d['loop_stalls']} event-loop stall(s) over {STALL_S * 1000:.0f} ms "
+                     f"(worst {d['loop_lag_max_ms']:.0f} ms): requests in flight then have "
+                     "inflated timings")
         if d["client_cpu_util"] > CPU_WARN:
             w.append(f"client process used {d['client_cpu_util']:.0%} of one CPU: "
                      "it is probably the bottleneck")

@@ -74,6 +74,21 @@ def test_self_check_warns_when_the_client_is_the_bottleneck(mock_url):
     assert any("lag the schedule" in w for w in warnings)
 
 
+def test_self_check_is_silent_in_a_closed_loop_and_flags_one_stall(mock_url):
+    """Concurrency 32 with no rate: no schedule to lag, so no send-lag warning (it used to cry
+    wolf here). One 616 ms event-loop stall mid-run: flagged, though the p99 hides it."""
+    async def stall():
+        await asyncio.sleep(0.3)
+        time.sleep(0.616)  # noqa: ASYNC251 (the point: one blocked loop)
+        await asyncio.Event().wait()
+
+    cfg = RunConfig(num_prompts=200, max_concurrency=32, progress=False)
+    summary = asyncio.run(go(mock_url, cfg, hog=stall)).selfcheck.summary()
+    assert not any("lag the schedule" in w for w in summary["warnings"])
+    assert summary["loop_stalls"] >= 1 and summary["loop_lag_max_ms"] >= 550
+    assert any("event-loop stall" in w for w in summary["warnings"])
+
+
 def test_mock_exact_cache_sets_x_cache():
     with mock_server("--ttft-ms", "5", "--itl-ms", "1", "--cache", "exact") as url:
         cfg = RunConfig(num_prompts=4, max_concurrency=1, progress=False)
