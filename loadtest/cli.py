@@ -48,6 +48,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
     s.add_argument("--max-concurrency", type=int, default=None)
     s.add_argument("--warmup", type=int, default=0, help="warm-up requests, not measured")
+    s.add_argument("--repeats", type=int, default=1,
+                   help="run the same seeded workload K times: means with 95%% intervals")
     o = p.add_argument_group("output")
     o.add_argument("--percentile-metrics", default="ttft,tpot,itl")
     o.add_argument("--metric-percentiles", default="99")
@@ -114,6 +116,7 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     need(a.burstiness > 0, "--burstiness must be > 0")
     need(a.max_concurrency is None or a.max_concurrency > 0, "--max-concurrency must be > 0")
     need(a.warmup >= 0, "--warmup must be >= 0")
+    need(1 <= a.repeats <= 100, "--repeats must be in 1..100")
     need(a.input_len > 0 and a.output_len > 0, "--input-len and --output-len must be > 0")
     need(0 <= a.range_ratio < 1, "--range-ratio must be in [0, 1)")
     need(a.workload != "sharegpt" or a.dataset_path is not None,

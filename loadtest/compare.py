@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from loadtest import plots, report, session
+from loadtest import ci, plots, report, session
 from loadtest.stats import p_word
 
 Getter = Callable[[dict[str, Any]], float | None]
@@ -77,14 +77,33 @@ def table(entries: list[tuple[str, dict[str, Any]]], percentiles: list[float],
         if all(v is None for v in vals):
             continue
         base = vals[baseline]
+        reps = [_interval(r, label, percentiles) for _, r in entries]
         cells = [label]
         for i, v in enumerate(vals):
             cell = fmt(v)
+            rep = reps[i]
+            if rep is not None:
+                cell += f" ±{rep['half']:.2f}"
             if i != baseline and v is not None and base:
-                cell += f" ({v / base:.2f}x)"
+                cell += f" ({v / base:.2f}x"
+                a, b = reps[i], reps[baseline]
+                cell += ", n.s.)" if a is not None and b is not None and \
+                    not ci.significant(a, b) else ")"
             cells.append(cell)
         out.append(cells)
     return out
+
+
+def _interval(r: dict[str, Any], label: str,
+              percentiles: list[float]) -> dict[str, Any] | None:
+    """The repeats' interval behind a table row, when the result has one."""
+    names = {"Request throughput (req/s)": "request_throughput",
+             "Output token throughput (tok/s)": "output_throughput"}
+    for m, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        names[f"Mean {name} (ms)"] = f"mean_{m}_ms"
+        names.update({f"P{p_word(p)} {name} (ms)": f"p{p_word(p)}_{m}_ms" for p in percentiles})
+    found: dict[str, Any] | None = (r.get("repeats") or {}).get(names.get(label, ""))
+    return found
 
 
 def text_table(t: list[list[str]]) -> str:
@@ -98,7 +117,9 @@ def text_table(t: list[list[str]]) -> str:
 def markdown(t: list[list[str]], entries: list[tuple[str, dict[str, Any]]],
              pngs: list[str]) -> str:
     md = ["# Load test comparison", "",
-          "Same seeded workload against each target; ratios are against the baseline.", "",
+          "Same seeded workload against each target; ratios are against the baseline. With "
+          "--repeats: ± is the 95% interval's half-width, and n.s. marks a difference from the "
+          "baseline that Welch's t-test (5%) does not support.", "",
           "| " + " | ".join(t[0]) + " |", "|" + "---|" * len(t[0])]
     md += ["| " + " | ".join(r) + " |" for r in t[1:]]
     md += ["", "## Runs", ""]

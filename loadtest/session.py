@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import orjson
 
-from loadtest import cachestats, report, stats, workload
+from loadtest import cachestats, ci, report, stats, workload
 from loadtest.client import Client, ClientConfig
 from loadtest.metrics_scrape import Scraper
 from loadtest.request import WorkloadConfig
@@ -81,6 +81,18 @@ def scrape_urls(a: argparse.Namespace, target: str) -> dict[str, str]:
 
 async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
                   ) -> tuple[RunOutput, dict[str, Any]]:
+    """One run, or `--repeats` runs merged (loadtest/ci.py); the last run's output."""
+    runs: list[dict[str, Any]] = []
+    for i in range(a.repeats):
+        if a.repeats > 1:
+            print(f"-- repeat {i + 1}/{a.repeats}", flush=True)
+        out, res = await measure_once(a, target, tok)
+        runs.append(res)
+    return out, (ci.merge(runs) if len(runs) > 1 else runs[0])
+
+
+async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
+                       ) -> tuple[RunOutput, dict[str, Any]]:
     p = plan(a)
     model = a.model or first_model(target)
     requests = workload.stream(p.workload, tok)
@@ -132,6 +144,8 @@ def load_tokenizer(a: argparse.Namespace) -> Tokenizer | None:
 
 def emit(a: argparse.Namespace, out: RunOutput, res: dict[str, Any], p: Plan) -> None:
     print(report.block(res, p.percentile_metrics, p.percentiles), flush=True)
+    for line in ci.lines(res):
+        print(line, flush=True)
     for w in res["selfcheck"]["warnings"]:
         print(f"WARNING: {w}", flush=True)
     failed = [r.error for r in out.results if not r.success]

@@ -2,6 +2,7 @@
 busy client."""
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -105,3 +106,17 @@ def test_mock_exact_cache_sets_x_cache():
         res = asyncio.run(twice()).results
         assert [r.cache for r in res] == ["miss", "hit", "miss", "hit"]  # sorted by index
         assert res[0].text == res[1].text and res[0].text != res[2].text
+
+
+def test_repeats_give_intervals_end_to_end(mock_url, tmp_path, capsys):
+    from loadtest.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["run", "--target", mock_url, "--num-prompts", "12", "--max-concurrency", "4",
+                 "--output-len", "4", "--repeats", "3", "--no-progress", "--no-scrape",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["runs"]) == 3 and res["repeats"]["mean_ttft_ms"]["n"] == 3
+    low, high = res["repeats"]["mean_ttft_ms"]["low"], res["repeats"]["mean_ttft_ms"]["high"]
+    assert low <= res["mean_ttft_ms"] <= high
+    assert "Over 3 repeats" in capsys.readouterr().out

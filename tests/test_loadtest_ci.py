@@ -1,0 +1,50 @@
+"""loadtest/ci.py: intervals, Welch's test, merging repeats; and `compare` marking n.s."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadtest import ci
+from loadtest.compare import table
+
+
+def test_interval_matches_the_t_distribution() -> None:
+    iv = ci.interval([10.0, 12.0, 11.0, 13.0, 9.0])
+    # mean 11, s = 1.5811, t(4) = 2.776: half-width 1.963
+    assert iv["mean"] == pytest.approx(11.0)
+    assert iv["half"] == pytest.approx(2.776 * 1.5811 / math.sqrt(5), rel=1e-3)
+    assert ci.interval([5.0])["half"] == math.inf
+
+
+def test_t_quantiles() -> None:
+    assert ci.t975(1) == pytest.approx(12.706)
+    assert ci.t975(10) == pytest.approx(2.228)
+    assert ci.t975(60) == pytest.approx(2.000, abs=0.003)
+    assert ci.t975(1000) == pytest.approx(1.962, abs=0.003)
+
+
+def test_welch_separates_real_differences_from_noise() -> None:
+    a = ci.interval([100.0, 101.0, 99.0, 100.5, 99.5])
+    far = ci.interval([110.0, 111.0, 109.0, 110.5, 109.5])
+    near = ci.interval([100.4, 101.6, 98.9, 100.2, 99.8])
+    assert ci.significant(a, far) and not ci.significant(a, near)
+    assert not ci.significant(a, ci.interval([300.0]))  # one run proves nothing
+
+
+def run(rps: float, ttft: float) -> dict[str, object]:
+    return {"request_throughput": rps, "mean_ttft_ms": ttft, "completed": 10,
+            "selfcheck": {"warnings": []}}
+
+
+def test_merge_and_compare_mark_not_significant() -> None:
+    base = ci.merge([run(10.0, 50.0), run(10.2, 52.0), run(9.9, 49.0)])
+    noise = ci.merge([run(10.1, 51.0), run(9.8, 50.5), run(10.05, 49.5)])
+    faster = ci.merge([run(20.0, 25.0), run(20.3, 24.0), run(19.8, 26.0)])
+    assert base["request_throughput"] == pytest.approx(10.0333, rel=1e-3)
+    assert len(base["runs"]) == 3 and base["repeats"]["mean_ttft_ms"]["n"] == 3
+    rows = {r[0]: r for r in table([("a", base), ("b", noise), ("c", faster)], [99])}
+    assert "n.s." in rows["Request throughput (req/s)"][2]
+    assert "n.s." not in rows["Request throughput (req/s)"][3]
+    assert "±" in rows["Mean TTFT (ms)"][1]
