@@ -89,6 +89,25 @@ def parser() -> argparse.ArgumentParser:
                       help="tokens per answer (default: the request's max_tokens)")
     mock.add_argument("--cache", choices=("off", "exact"), default="off",
                       help="answer repeats from an exact cache, with X-Cache headers")
+    mock.add_argument("--max-batch", type=int, default=0,
+                      help="capacity model: answers generating at once (0: unlimited)")
+    mock.add_argument("--itl-growth", type=float, default=0.0,
+                      help="capacity model: each token costs itl*(1+G*(running-1))")
+    sweep = sub.add_parser("sweep", help="request-rate ladder to saturation; SLO bisection")
+    sweep.add_argument("--target", required=True, help="base URL")
+    sweep.add_argument("--rates", default=None, metavar="R1,R2,...",
+                       help="the ladder (default: --start-rate times --factor^k)")
+    sweep.add_argument("--start-rate", type=float, default=1.0)
+    sweep.add_argument("--factor", type=float, default=2.0)
+    sweep.add_argument("--max-rate", type=float, default=1024.0)
+    sweep.add_argument("--point-duration", type=float, default=60.0,
+                       help="seconds of arrivals per point (steady state: >= 60 on a GPU)")
+    sweep.add_argument("--slo", default=None, metavar="METRIC:MS,...",
+                       help="e.g. ttft_p99:500,tpot_p99:50: bisect for the highest rate "
+                            "meeting it (goodput)")
+    sweep.add_argument("--bisect-steps", type=int, default=4)
+    sweep.add_argument("--out", default="results/sweep", help="folder: a JSON per point, PNG")
+    add_run_args(sweep)
     return ap
 
 
@@ -100,6 +119,7 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.command == "mock":
         need(a.ttft_ms >= 0 and a.itl_ms >= 0, "--ttft-ms and --itl-ms must be >= 0")
         need(0 < a.port < 65536, "--port must be in 1..65535")
+        need(a.max_batch >= 0 and a.itl_growth >= 0, "--max-batch, --itl-growth must be >= 0")
         return
     if a.command == "compare":
         need(len(a.target) + len(a.results) >= 2,
@@ -108,6 +128,10 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             need("=" in t and t.split("=", 1)[1].startswith("http"),
                  f"--target {t!r}: expected NAME=http://host:port")
     else:
+        if a.command == "sweep":
+            from loadtest.sweep import check_args
+            for msg in check_args(a):
+                ap.error(msg)
         need(a.target.startswith(("http://", "https://")),
              f"--target {a.target!r}: expected a URL like http://127.0.0.1:8000")
     need(a.num_prompts is None or a.num_prompts > 0, "--num-prompts must be > 0")
@@ -150,13 +174,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.command == "mock":
         from loadtest.mock import serve
         serve(a.host, a.port, a.ttft_ms / 1000, a.itl_ms / 1000, a.output_tokens,
-              a.cache == "exact")
+              a.cache == "exact", a.max_batch, a.itl_growth)
         return 0
     try:
         if a.command == "run":
             from loadtest.session import run_and_report
             res = run_and_report(a)
             return 0 if res["completed"] > 0 else 1
+        if a.command == "sweep":
+            from loadtest.sweep import sweep
+            sweep(a)
+            return 0
         from loadtest.compare import compare
         compare(a)
         return 0

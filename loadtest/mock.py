@@ -1,7 +1,12 @@
 """A fast mock OpenAI server: known TTFT/ITL, vLLM-shaped SSE chunks, /v1/models, /metrics.
 
 Hand-rolled on asyncio + httptools (no framework) so it is never the bottleneck when used as
-a fake upstream. Token k of a streamed answer leaves at start + ttft + (k-1)*itl exactly."""
+a fake upstream. Token k of a streamed answer leaves at start + ttft + (k-1)*itl exactly.
+
+A capacity model, for checking `loadtest sweep` against a known knee: `max_batch` B lets at
+most B answers generate at once (the rest wait, first come first served: their TTFT grows),
+and `itl_growth` G makes each token cost itl * (1 + G * (running - 1)), as a batch slows a
+GPU's decode step. With G = 0 the mock serves at most B / (ttft + (n - 1) * itl) req/s."""
 
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ class MockServer:
     itl: float = 0.005
     output_tokens: int | None = None
     cache: bool = False
+    max_batch: int = 0  # 0: unlimited
+    itl_growth: float = 0.0
+    running: int = 0
+    slots: asyncio.Semaphore | None = None
     counters: dict[str, float] = field(default_factory=lambda: {
         "mock_requests_total": 0.0, "mock_generation_tokens_total": 0.0,
         "mock_prompt_tokens_total": 0.0, "mock_cache_hits_total": 0.0,
@@ -131,6 +140,24 @@ class Conn(asyncio.Protocol):
         s.counters["mock_prompt_tokens_total"] += plen
         s.counters["mock_generation_tokens_total"] += n
         usage = {"prompt_tokens": plen, "completion_tokens": n, "total_tokens": plen + n}
+        if s.max_batch and not hit:
+            s.slots = s.slots or asyncio.Semaphore(s.max_batch)
+            async with s.slots:
+                s.running += 1
+                try:
+                    await self.paced(req, chat, tokens, usage, time.perf_counter(), ttft,
+                                     itl * (1 + s.itl_growth * (s.running - 1)), extra)
+                finally:
+                    s.running -= 1
+        else:
+            await self.paced(req, chat, tokens, usage, start, ttft, itl, extra)
+        if s.cache and not hit:
+            s.store[key] = tokens
+
+    async def paced(self, req: dict[str, Any], chat: bool, tokens: list[str],
+                    usage: dict[str, int], start: float, ttft: float, itl: float,
+                    extra: bytes) -> None:
+        n = len(tokens)
         if req.get("stream"):
             await self.stream(chat, tokens, usage, start, ttft, itl, extra,
                               bool((req.get("stream_options") or {}).get("include_usage")))
@@ -144,8 +171,6 @@ class Conn(asyncio.Protocol):
             self.reply(200, orjson.dumps({"id": "mock", "object": "chat.completion" if chat
                                           else "text_completion", "model": MODEL,
                                           "choices": [choice], "usage": usage}), extra=extra)
-        if s.cache and not hit:
-            s.store[key] = tokens
 
     async def stream(self, chat: bool, tokens: list[str], usage: dict[str, int], start: float,
                      ttft: float, itl: float, extra: bytes, with_usage: bool) -> None:
@@ -188,9 +213,10 @@ async def start(server: MockServer, host: str = "127.0.0.1", port: int = 0
 
 
 def serve(host: str, port: int, ttft: float, itl: float, output_tokens: int | None,
-          cache: bool) -> None:
+          cache: bool, max_batch: int = 0, itl_growth: float = 0.0) -> None:
     async def main() -> None:
-        srv = await start(MockServer(ttft, itl, output_tokens, cache), host, port)
+        srv = await start(MockServer(ttft, itl, output_tokens, cache, max_batch, itl_growth),
+                          host, port)
         print(f"mock OpenAI server on http://{host}:{port} (ttft {ttft * 1000:g} ms, "
               f"itl {itl * 1000:g} ms)", flush=True)
         async with srv:

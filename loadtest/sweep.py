@@ -1,0 +1,207 @@
+"""`loadtest sweep`: a request-rate ladder from light load to saturation, then (with --slo) a
+bisection for the highest rate that meets the SLO: the goodput rate.
+
+Each point is an open-loop run (Poisson arrivals at the offered rate for --point-duration s,
+then a drain). A point is saturated when the server no longer keeps up: it completed less
+than 90 % of the offered rate, or its mean TTFT grew past 3x the lightest point's (requests
+queue). "Offered" is what was actually sent in the window (Poisson counts vary around the
+nominal rate), so a short point is not called saturated for drawing few arrivals. The ladder
+stops at the first saturated point; the knee is the last rate before it.
+Every point's result is written as JSON; a PNG shows throughput and latency against load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadtest import session
+
+SLO_KEYS = {"ttft_p99": "p99_ttft_ms", "tpot_p99": "p99_tpot_ms", "itl_p99": "p99_itl_ms",
+            "e2el_p99": "p99_e2el_ms", "ttft_mean": "mean_ttft_ms", "tpot_mean": "mean_tpot_ms",
+            "e2el_mean": "mean_e2el_ms"}
+ACHIEVED_MIN = 0.9  # of the offered rate
+TTFT_GROWTH_MAX = 3.0  # mean TTFT against the lightest point's
+
+
+def parse_slo(spec: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in (spec or "").split(","):
+        if not item:
+            continue
+        name, _, ms = item.partition(":")
+        if name not in SLO_KEYS:
+            raise ValueError(f"--slo {item!r}: unknown metric; known: {sorted(SLO_KEYS)}")
+        try:
+            out[SLO_KEYS[name]] = float(ms)
+        except ValueError:
+            raise ValueError(f"--slo {item!r}: expected METRIC:MILLISECONDS") from None
+    return out
+
+
+def ladder(a: argparse.Namespace) -> list[float]:
+    if a.rates:
+        return [float(r) for r in a.rates.split(",")]
+    if a.factor <= 1 or a.start_rate <= 0:
+        raise ValueError("--factor must be > 1 and --start-rate > 0")
+    rates, r = [], a.start_rate
+    while r <= a.max_rate:
+        rates.append(r)
+        r *= a.factor
+    return rates
+
+
+def check_args(a: argparse.Namespace) -> list[str]:
+    errors = []
+    if a.factor <= 1 or a.start_rate <= 0:
+        return ["--factor must be > 1 and --start-rate > 0"]
+    try:
+        rates = ladder(a)
+        if not rates or any(r <= 0 for r in rates):
+            errors.append("--rates / --start-rate: the ladder needs rates > 0")
+    except ValueError:
+        errors.append(f"--rates {a.rates!r}: expected numbers like 1,2,4")
+    if a.point_duration <= 0 or a.bisect_steps < 0:
+        errors.append("--point-duration must be > 0 and --bisect-steps >= 0")
+    try:
+        parse_slo(a.slo)
+    except ValueError as e:
+        errors.append(str(e))
+    return errors
+
+
+def meets(res: dict[str, Any], slo: dict[str, float]) -> bool:
+    return res.get("completed", 0) > 0 and not res.get("failed") and all(
+        res.get(k) is not None and float(res[k]) <= ms for k, ms in slo.items())
+
+
+def sent_rate(res: dict[str, Any], window: float) -> float:
+    return float(res.get("completed", 0) + res.get("failed", 0)) / window
+
+
+def saturated(res: dict[str, Any], offered: float, base_ttft: float | None) -> bool:
+    if res.get("completed", 0) == 0 or res["request_throughput"] < ACHIEVED_MIN * offered:
+        return True
+    ttft = res.get("mean_ttft_ms")
+    return base_ttft is not None and ttft is not None and ttft > TTFT_GROWTH_MAX * base_ttft
+
+
+def point_args(a: argparse.Namespace, rate: float, slo: dict[str, float]) -> argparse.Namespace:
+    p = copy.copy(a)
+    p.request_rate, p.duration, p.num_prompts, p.repeats = rate, a.point_duration, None, 1
+    metrics = set(a.percentile_metrics.split(",")) | {k.split("_")[1] for k in slo}
+    p.percentile_metrics = ",".join(sorted(metrics))
+    if "99" not in a.metric_percentiles.split(","):
+        p.metric_percentiles = a.metric_percentiles + ",99"
+    return p
+
+
+Measure = Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def _measure(p: argparse.Namespace) -> dict[str, Any]:
+    _, res = asyncio.run(session.measure_once(p, p.target, session.load_tokenizer(p)))
+    return res
+
+
+def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
+    slo = parse_slo(a.slo)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    points: list[dict[str, Any]] = []
+
+    def run(rate: float, phase: str) -> dict[str, Any]:
+        res = measure(point_args(a, rate, slo))
+        base = points[0]["mean_ttft_ms"] if points else None
+        sent = sent_rate(res, a.point_duration)
+        pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
+              "achieved_rate": res.get("request_throughput"),
+              "mean_ttft_ms": res.get("mean_ttft_ms"),
+              "saturated": saturated(res, sent, base), "meets_slo": meets(res, slo),
+              **{k: res.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
+                                         "output_throughput", "completed", "failed")}}
+        points.append(pt)
+        (out / f"point-{len(points):02d}-{rate:g}.json").write_text(json.dumps(res, indent=1))
+        print(f"  {phase:6} offered {rate:8.2f} req/s  sent {sent:8.2f}  achieved "
+              f"{pt['achieved_rate'] or 0:8.2f}"
+              f"  mean TTFT {pt['mean_ttft_ms'] or 0:8.1f} ms"
+              f"{'  SATURATED' if pt['saturated'] else ''}"
+              f"{'' if not slo else ('  SLO met' if pt['meets_slo'] else '  SLO missed')}",
+              flush=True)
+        return pt
+
+    for rate in ladder(a):
+        if run(rate, "ladder")["saturated"]:
+            break
+    ok = [p for p in points if not p["saturated"]]
+    knee = max((p["offered_rate"] for p in ok), default=None)
+    goodput = _bisect(a, slo, points, run) if slo else None
+    summary = {"points": points, "knee_rate": knee,
+               "saturation_rate": next((p["offered_rate"] for p in points if p["saturated"]),
+                                       None),
+               "slo": {k: v for k, v in slo.items()}, "goodput_rate": goodput}
+    (out / "sweep.json").write_text(json.dumps(summary, indent=1))
+    png = _plot(points, out / "sweep.png", knee, goodput)
+    print(f"knee: {knee} req/s (last rate before saturation)" if knee is not None
+          else "knee: saturated at the first rate; start lower", flush=True)
+    if slo:
+        print(f"goodput: highest rate meeting the SLO: {goodput} req/s", flush=True)
+    print(f"wrote {out}/sweep.json, {len(points)} point JSONs and {png.name}", flush=True)
+    return summary
+
+
+def _bisect(a: argparse.Namespace, slo: dict[str, float], points: list[dict[str, Any]],
+            run: Callable[[float, str], dict[str, Any]]) -> float | None:
+    good = [float(p["offered_rate"]) for p in points if p["meets_slo"]]
+    bad = [float(p["offered_rate"]) for p in points if not p["meets_slo"]]
+    lo = max(good, default=None)
+    hi = min((r for r in bad if lo is None or r > lo), default=None)
+    if lo is None or hi is None:
+        return lo
+    for _ in range(a.bisect_steps):
+        mid = (lo + hi) / 2
+        if run(mid, "bisect")["meets_slo"]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
+          goodput: float | None) -> Path:
+    from loadtest.plots import _plt
+
+    plt = _plt()
+    pts = sorted(points, key=lambda p: p["offered_rate"])
+    x = [p["offered_rate"] for p in pts]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot(x, [p["achieved_rate"] or 0 for p in pts], "o-", label="achieved")
+    ax1.plot(x, x, "--", color="grey", label="offered")
+    ax1.set_xlabel("offered request rate (req/s)")
+    ax1.set_ylabel("completed req/s")
+    ax1.set_title("Throughput")
+    for key, label in (("p99_ttft_ms", "TTFT p99"), ("mean_ttft_ms", "TTFT mean"),
+                       ("p99_tpot_ms", "TPOT p99")):
+        ys = [p.get(key) for p in pts]
+        if any(v is not None for v in ys):
+            ax2.plot(x, [v or 0 for v in ys], "o-", label=label)
+    ax2.set_xlabel("offered request rate (req/s)")
+    ax2.set_ylabel("ms")
+    ax2.set_yscale("log")
+    ax2.set_title("Latency")
+    for ax in (ax1, ax2):
+        if knee is not None:
+            ax.axvline(knee, color="red", alpha=0.4, label=f"knee {knee:g}")
+        if goodput is not None:
+            ax.axvline(goodput, color="green", alpha=0.4, label=f"goodput {goodput:g}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
