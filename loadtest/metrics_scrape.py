@@ -38,6 +38,33 @@ def deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float
             if k.endswith(("_total", "_count", "_sum")) and v - before.get(k, 0.0) != 0}
 
 
+# vLLM's own histograms: the referee for the client's timings (means over the run)
+SERVER_MEANS = {"Server mean TTFT (ms)": "vllm:time_to_first_token_seconds",
+                "Server mean ITL (ms)": "vllm:inter_token_latency_seconds",
+                "Server mean TPOT (ms)": "vllm:request_time_per_output_token_seconds",
+                "Server mean E2E (ms)": "vllm:e2e_request_latency_seconds",
+                "Server mean queue time (ms)": "vllm:request_queue_time_seconds"}
+REFEREE = {"Server mean TTFT (ms)": "mean_ttft_ms", "Server mean ITL (ms)": "mean_itl_ms",
+           "Server mean E2E (ms)": "mean_e2el_ms"}
+DIVERGENCE_WARN = 0.25  # client above server by this fraction: the client is in the numbers
+
+
+def referee(res: dict[str, Any]) -> list[str]:
+    """Warnings where the client's mean exceeds vLLM's own by more than DIVERGENCE_WARN."""
+    out = []
+    for who in ("backend", "target"):
+        srv = ((res.get("server_metrics") or {}).get(who) or {}).get("summary") or {}
+        for label, key in REFEREE.items():
+            server, client = srv.get(label), res.get(key)
+            if server and client and client > server * (1 + DIVERGENCE_WARN):
+                out.append(f"client {key} {client:.1f} ms is {client / server - 1:.0%} above "
+                           f"vLLM's own ({who}: {server:.1f} ms): the client, a proxy or the "
+                           "network is part of this measurement")
+        if srv:
+            break
+    return out
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
 
@@ -51,6 +78,9 @@ def summary(d: dict[str, float], after: dict[str, float], peak: dict[str, float]
         s["Server requests finished"] = int(g("vllm:e2e_request_latency_seconds_count", 0))
         s["Server prompt tokens"] = int(g("vllm:prompt_tokens_total", 0))
         s["Server generation tokens"] = int(g("vllm:generation_tokens_total", 0))
+        for label, name in SERVER_MEANS.items():
+            if g(f"{name}_count"):
+                s[label] = 1000 * ratio(g(f"{name}_sum", 0), g(f"{name}_count", 0))
         s["Prefix cache hit rate (%)"] = 100 * ratio(g("vllm:prefix_cache_hits_total", 0),
                                                      g("vllm:prefix_cache_queries_total", 0))
         s["Preemptions"] = int(g("vllm:num_preemptions_total", 0))

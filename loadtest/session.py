@@ -15,7 +15,7 @@ import orjson
 
 from loadtest import cachestats, ci, report, stats, workload
 from loadtest.client import Client, ClientConfig
-from loadtest.metrics_scrape import Scraper
+from loadtest.metrics_scrape import Scraper, referee
 from loadtest.request import WorkloadConfig
 from loadtest.runner import RunConfig, RunOutput, run
 from loadtest.tokens import HFTokenizer, Tokenizer
@@ -107,6 +107,8 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
         await client.aclose()
     res = result_dict(a, target, model, p, out)
     res["server_metrics"] = server
+    res["referee"] = referee(res)
+    res["selfcheck"]["warnings"] += res["referee"]
     return out, res
 
 

@@ -52,3 +52,19 @@ def test_deltas_and_the_summary_rows():
     assert s["Spec-decode acceptance rate (%)"] == pytest.approx(50.0)
     assert s["Spec-decode acceptance length"] == pytest.approx(2.5)
     assert s["proxy_cache_lookups_total"] == 10
+
+
+def test_server_means_and_the_referee():
+    from loadtest.metrics_scrape import referee, summary
+
+    d = {"vllm:time_to_first_token_seconds_sum": 2.0,
+         "vllm:time_to_first_token_seconds_count": 40.0,
+         "vllm:inter_token_latency_seconds_sum": 4.0,
+         "vllm:inter_token_latency_seconds_count": 400.0}
+    s = summary(d, {"vllm:prompt_tokens_total": 1.0}, {})
+    assert s["Server mean TTFT (ms)"] == 50.0 and s["Server mean ITL (ms)"] == 10.0
+    res = {"server_metrics": {"target": {"summary": s}},
+           "mean_ttft_ms": 52.0, "mean_itl_ms": 14.0}
+    warnings = referee(res)
+    assert len(warnings) == 1 and "mean_itl_ms" in warnings[0] and "40%" in warnings[0]
+    assert referee({"mean_ttft_ms": 99.0}) == []  # no server histograms: nothing to judge
