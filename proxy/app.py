@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +23,8 @@ from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
 from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
+from proxy.routing.build import make_policy, polls_load
+from proxy.routing.poller import LoadPoller
 from proxy.settings import Settings
 from proxy.tokens import AutoCounter, TokenCounter
 from proxy.types import AnswerCache
@@ -58,7 +62,7 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         metrics = Metrics()
         client = make_client(settings, transport)
-        balancer = Balancer(settings.upstreams, settings.upstream_backoff)
+        balancer = Balancer(settings.upstreams, settings.upstream_backoff, make_policy(settings))
         upstream = Upstream(client, balancer, metrics)
         auto = AutoCounter(upstream, settings.tokenizer)
         catalog = Catalog(upstream, on_models=auto.on_models if counter is None else None)
@@ -88,9 +92,16 @@ def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None
             # the event loop ~400 ms (streaming p99 1.4 s). Freeze what startup made.
             gc.collect()
             gc.freeze()
+            poller = asyncio.create_task(LoadPoller(
+                client, balancer, metrics, settings.routing_poll_interval).run()) \
+                if polls_load(settings) else None
             try:
                 yield
             finally:
+                if poller is not None:
+                    poller.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await poller
                 await cache.aclose()
         finally:
             await client.aclose()
