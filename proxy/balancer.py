@@ -8,27 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from proxy.routing.backend import Backend
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.protocol import Choice, Policy
-
-
-@dataclass(slots=True, eq=False)
-class Backend:
-    url: str
-    inflight: int = 0  # this proxy's requests to it
-    down_until: float = 0.0
-    failures: int = 0
-    last_error: str | None = None
-    # vLLM's own view (proxy/routing/poller.py), trusted until polled_until
-    running: float = 0.0
-    waiting: float = 0.0
-    kv_usage: float = 0.0
-    polled_until: float = 0.0
-
-    def is_up(self, now: float) -> bool:
-        return self.down_until <= now
 
 
 class Balancer:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping
 import httpx
 
 from proxy.aiotransport import RAW_BODY, AiohttpTransport
-from proxy.balancer import Backend, Balancer
+from proxy.balancer import Balancer
 from proxy.errors import (
     BadGateway,
     UpstreamError,
@@ -16,6 +16,7 @@ from proxy.errors import (
     UpstreamUnavailable,
 )
 from proxy.metrics import Metrics
+from proxy.routing.backend import Backend
 from proxy.routing.protocol import Choice, RouteRequest
 from proxy.settings import Settings
 

@@ -1,4 +1,4 @@
-from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 from proxy.routing.least_loaded import LeastLoaded
 
 

@@ -1,4 +1,4 @@
-from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 from proxy.routing.load import LoadGuard, load
 
 

@@ -1,4 +1,4 @@
-from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 from proxy.routing.blocks import chain
 from proxy.routing.load import LoadGuard
 from proxy.routing.prefix import BlockSet, Prefix

@@ -1,4 +1,4 @@
-from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import RouteRequest, route_request
 from proxy.routing.session import Session

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from proxy.routing.backend import Backend
 from proxy.routing.load import load
 from proxy.routing.protocol import Choice, RouteRequest
-
-if TYPE_CHECKING:
-    from proxy.balancer import Backend
 
 
 class LeastLoaded:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from proxy.balancer import Backend, Balancer
+from proxy.balancer import Balancer
 from proxy.metrics import Metrics
+from proxy.routing.backend import Backend
 
 log = logging.getLogger("proxy.routing")
 _RUNNING = "vllm:num_requests_running"

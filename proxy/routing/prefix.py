@@ -14,16 +14,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from proxy.routing.backend import Backend
 from proxy.routing.blocks import chain_async
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import Choice, RouteRequest
 from proxy.routing.rendezvous import rank
-
-if TYPE_CHECKING:
-    from proxy.balancer import Backend
 
 
 class BlockSet:

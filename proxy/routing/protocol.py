@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from hashlib import blake2b
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from proxy.balancer import Backend
+from proxy.routing.backend import Backend
 
 
 def weight(key: int | str, url: str) -> int:
