@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -21,6 +23,8 @@ from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
 from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
+from proxy.routing.build import make_policy, polls_load
+from proxy.routing.poller import LoadPoller
 from proxy.settings import Settings
 from proxy.tokens import AutoCounter, TokenCounter
 from proxy.transport import Transport
@@ -67,7 +71,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
         guard = Guard(connection_cap(settings.max_connections, file_limit()),
                       settings.header_timeout, settings.max_connections_per_ip)
         metrics.own.register(guard)
-        balancer = Balancer(settings.upstreams, settings.upstream_backoff)
+        balancer = Balancer(settings.upstreams, settings.upstream_backoff, make_policy(settings))
         upstream = Upstream(transport or make_transport(settings), balancer, metrics)
         auto = AutoCounter(upstream.fetch, settings.tokenizer)
         catalog = Catalog(upstream, on_models=auto.on_models if counter is None else None)
@@ -102,9 +106,16 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
             if freeze_gc:
                 gc.collect()
                 gc.freeze()
+            poller = asyncio.create_task(LoadPoller(
+                upstream.transport, balancer, metrics, settings.routing_poll_interval).run()) \
+                if polls_load(settings) else None
             try:
                 yield {"guard": guard}
             finally:
+                if poller is not None:
+                    poller.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await poller
                 await cache.aclose()
         finally:
             await upstream.aclose()

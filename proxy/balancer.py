@@ -1,49 +1,41 @@
-"""Several vLLM base URLs: pick the healthy one with the fewest in-flight requests.
+"""Several vLLM base URLs: the healthy ones, and a routing policy (proxy/routing/) that picks.
 
 Health is passive: a connect error marks an upstream down for a back-off; the next success
-(or a /ready probe that answers) marks it up again.
+(or a /ready probe that answers) marks it up again. The policy sees only the healthy ones.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-
-@dataclass(slots=True)
-class Backend:
-    url: str
-    inflight: int = 0
-    down_until: float = 0.0
-    failures: int = 0
-    last_error: str | None = None
-
-    def is_up(self, now: float) -> bool:
-        return self.down_until <= now
+from proxy.routing.backend import Backend
+from proxy.routing.least_loaded import LeastLoaded
+from proxy.routing.protocol import Choice, Policy
 
 
 class Balancer:
-    def __init__(self, urls: tuple[str, ...], backoff: float,
+    def __init__(self, urls: tuple[str, ...], backoff: float, policy: Policy | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.backends = [Backend(url) for url in urls]
         self.backoff = backoff
         self.clock = clock
+        self.policy: Policy = policy or LeastLoaded(clock)
 
-    def pick(self, exclude: tuple[Backend, ...] = ()) -> Backend | None:
-        """Fewest in-flight among the healthy ones; if none is healthy, the one whose back-off
+    def choose(self, key: object = None, exclude: tuple[Backend, ...] = ()) -> Choice | None:
+        """The policy's pick among the healthy ones; if none is healthy, the one whose back-off
         ends first (so a recovered upstream is found without waiting); None if all excluded."""
         now = self.clock()
-        best: Backend | None = None
-        for b in self.backends:
-            if b in exclude or not b.is_up(now):
-                continue
-            if best is None or b.inflight < best.inflight:
-                best = b
-        if best is None:
-            rest = [b for b in self.backends if b not in exclude]
-            best = min(rest, key=lambda b: b.down_until, default=None)
-        return best
+        healthy = [b for b in self.backends if b not in exclude and b.is_up(now)]
+        if healthy:
+            return self.policy.choose(healthy, key)
+        rest = [b for b in self.backends if b not in exclude]
+        first = min(rest, key=lambda b: b.down_until, default=None)
+        return None if first is None else Choice(first)
+
+    def pick(self, exclude: tuple[Backend, ...] = ()) -> Backend | None:
+        choice = self.choose(None, exclude)
+        return None if choice is None else choice.backend
 
     def mark_down(self, backend: Backend, error: str) -> None:
         backend.down_until = self.clock() + self.backoff

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import BadRequest, InputTooLong
-from proxy.tokens import Messages, TokenCounter
+from proxy.tokens import Messages, TokenCounter, TokenEncoder
 
 SYSTEM_ROLES = ("system", "developer")
 
@@ -19,6 +19,7 @@ class Clipped:
     original_tokens: int
     dropped: int = 0  # messages dropped
     trimmed: bool = False  # a message or prompt was cut
+    token_ids: list[int] | None = None  # the (first) prompt's ids, when asked for (routing)
 
     @property
     def truncated(self) -> bool:
@@ -35,16 +36,22 @@ def _too_long(sent: int, limit: int) -> InputTooLong:
 
 
 async def clip_chat(body: dict[str, Any], counter: TokenCounter, model: str, limit: int,
-                    truncate: bool) -> Clipped:
+                    truncate: bool, ids: bool = False) -> Clipped:
+    """ids: also return the prompt's token ids (one tokenization, when the counter can)."""
     messages: Messages = body["messages"]
     tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+    encoder = counter if ids and isinstance(counter, TokenEncoder) else None
 
     async def count(msgs: Messages) -> int:
         return await counter.count_chat(model, msgs, tools)
 
-    total = await count(messages)
+    async def encode(msgs: Messages) -> list[int] | None:
+        return None if encoder is None else await encoder.encode_chat(model, msgs, tools)
+
+    first = await encode(messages)
+    total = len(first) if first is not None else await count(messages)
     if total <= limit:
-        return Clipped(body, total, total)
+        return Clipped(body, total, total, token_ids=first)
     if not truncate:
         raise _too_long(total, limit)
     system = [i for i, m in enumerate(messages) if m.get("role") in SYSTEM_ROLES]
@@ -71,7 +78,8 @@ async def clip_chat(body: dict[str, Any], counter: TokenCounter, model: str, lim
     kept = keep_from(best)
     tokens = await count(kept)
     if tokens <= limit:
-        return Clipped({**body, "messages": kept}, tokens, total, dropped=best)
+        return Clipped({**body, "messages": kept}, tokens, total, dropped=best,
+                       token_ids=await encode(kept))
     # Even the newest turn alone is too long: keep the end of its text.
     last = kept[-1]
     content = last.get("content")
@@ -87,47 +95,66 @@ async def clip_chat(body: dict[str, Any], counter: TokenCounter, model: str, lim
         tokens = await count(kept)
         if tokens <= limit:
             return Clipped({**body, "messages": kept}, tokens, total, dropped=best,
-                           trimmed=True)
+                           trimmed=True, token_ids=await encode(kept))
     raise _too_long(tokens, limit)
 
 
+async def _prompt_ids(prompt: str | list[int], counter: TokenCounter, model: str,
+                      ids: bool) -> list[int] | None:
+    if isinstance(prompt, list):
+        return prompt
+    if ids and isinstance(counter, TokenEncoder):
+        return await counter.encode_text(model, prompt)
+    return None
+
+
 async def _clip_one(prompt: str | list[int], counter: TokenCounter, model: str, limit: int,
-                    truncate: bool) -> tuple[str | list[int], int, int]:
-    size = len(prompt) if isinstance(prompt, list) else await counter.count_text(model, prompt)
+                    truncate: bool, ids: bool
+                    ) -> tuple[str | list[int], int, int, list[int] | None]:
+    encoded = await _prompt_ids(prompt, counter, model, ids)
+    if encoded is not None:
+        size = len(encoded)
+    else:
+        assert isinstance(prompt, str)  # a list of ids is its own encoding
+        size = await counter.count_text(model, prompt)
     if size <= limit:
-        return prompt, size, size
+        return prompt, size, size, encoded
     if not truncate:
         raise _too_long(size, limit)
     if isinstance(prompt, list):
-        return prompt[-limit:], limit, size
+        return prompt[-limit:], limit, size, prompt[-limit:]
     keep = limit
     for _ in range(4):
         cut = await counter.tail(model, prompt, keep)
         now = await counter.count_text(model, cut)
         if now <= limit:
-            return cut, now, size
+            return cut, now, size, await _prompt_ids(cut, counter, model, ids)
         keep -= now - limit
     raise _too_long(size, limit)
 
 
 async def clip_prompt(body: dict[str, Any], counter: TokenCounter, model: str, limit: int,
-                      truncate: bool) -> Clipped:
+                      truncate: bool, ids: bool = False) -> Clipped:
+    """ids: also return the first prompt's token ids, for routing."""
     prompt = body["prompt"]
     single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
     prompts: list[Any] = [prompt] if single else list(prompt)
     out: list[Any] = []
     largest = original = 0
-    for p in prompts:
+    first: list[int] | None = None
+    for i, p in enumerate(prompts):
         try:
-            cut, tokens, size = await _clip_one(p, counter, model, limit, truncate)
+            cut, tokens, size, encoded = await _clip_one(p, counter, model, limit, truncate,
+                                                         ids and i == 0)
         except InputTooLong as exc:
             exc.param = "prompt"
             raise
         out.append(cut)
+        first = encoded if i == 0 else first
         largest, original = max(largest, tokens), max(original, size)
     if largest == original and out == prompts:
-        return Clipped(body, largest, original)
+        return Clipped(body, largest, original, token_ids=first)
     if not out:
         raise BadRequest("'prompt' is empty", param="prompt")
     return Clipped({**body, "prompt": out[0] if single else out}, largest, original,
-                   trimmed=True)
+                   trimmed=True, token_ids=first)

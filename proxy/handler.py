@@ -33,6 +33,7 @@ from proxy.relay import (
     relay_stream,
     replay_stream,
 )
+from proxy.routing.protocol import RouteRequest, route_request
 from proxy.settings import Settings
 from proxy.sse import Accumulator, replay
 from proxy.tokens import TokenCounter
@@ -120,7 +121,8 @@ class CompletionHandler:
         in_limit = min(s.max_input_tokens or 1 << 31, (model.max_model_len or 1 << 31) - 1)
         clipper = clip.clip_chat if kind == "chat" else clip.clip_prompt
         clipped = await clipper(body, d.counter, model.name, in_limit,
-                                s.input_overflow == "truncate")
+                                s.input_overflow == "truncate",
+                                ids=d.upstream.balancer.policy.wants_tokens)
         trace.tokens_in = clipped.input_tokens
         if trace.limited:
             self.limits.charge(tenant, clipped.input_tokens * trace.weight)
@@ -135,9 +137,11 @@ class CompletionHandler:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
             d.metrics.clipped.labels("output").inc()
         stream = body.get("stream") is True
+        route = route_request(request.headers, body, s.routing_session_header,
+                              clipped.token_ids)
         start: Callable[[], Coroutine[Any, Any, Any]] = (
-            (lambda: self._open(kind, body, trace)) if stream
-            else (lambda: self._fetch(kind, body, trace)))
+            (lambda: self._open(kind, body, trace, route)) if stream
+            else (lambda: self._fetch(kind, body, trace, route)))
         hedge = Hedge(start, (lambda up: self._close(up, trace)) if stream else None,
                       d.metrics) \
             if s.cache_hedge else None
@@ -175,23 +179,22 @@ class CompletionHandler:
         return RelayResponse(events, self._closer(trace, None), headers=_sse(headers),
                              **self._send_limits())
 
-    async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace) -> bytes:
+    async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace,
+                     route: RouteRequest) -> bytes:
         async with self.d.admission.slot(trace.tenant, trace.weight):
-            upstream = await self.d.upstream.open("POST", PATHS[kind], orjson.dumps(body),
-                                                  _upstream_headers(trace))
-            trace.upstream = upstream.backend.url
-            try:  # cancelling this (the client left) closes the upstream request
-                return await upstream.read()
-            finally:
-                await upstream.aclose()
+            opened = await self.d.upstream.open("POST", PATHS[kind], orjson.dumps(body),
+                                                _upstream_headers(trace), route)
+            trace.upstream = opened.backend.url
+            return await self.d.upstream.read(opened)
 
-    async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace) -> UpstreamStream:
+    async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace,
+                    route: RouteRequest) -> UpstreamStream:
         d = self.d
         await d.admission.acquire(trace.tenant, trace.weight)
         try:
             return await d.upstream.open("POST", PATHS[kind],
                                          orjson.dumps(policy.with_usage(body)),
-                                         _upstream_headers(trace))
+                                         _upstream_headers(trace), route)
         except BaseException:
             d.admission.release(trace.tenant, trace.weight)
             raise
@@ -211,6 +214,8 @@ class CompletionHandler:
             if ticket is not None:
                 await d.cache.abandon(ticket)
             raise
+        if d.settings.upstream_header and trace.upstream:
+            headers["X-Upstream"] = trace.upstream
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if isinstance(usage, dict):
             trace.tokens_out = usage.get("completion_tokens")
@@ -231,6 +236,8 @@ class CompletionHandler:
                 await d.cache.abandon(ticket)
             raise
         trace.upstream = upstream.backend.url
+        if d.settings.upstream_header:
+            headers["X-Upstream"] = trace.upstream
         outcome = StreamOutcome(started=trace.started)
         acc = Accumulator(kind) if ticket is not None else None
         chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))

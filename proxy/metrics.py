@@ -49,6 +49,17 @@ class Metrics:
                                      "PROXY_SEND_TIMEOUT seconds", registry=r)
         self.key_limited = Counter("proxy_key_limited",
                                    "Requests refused by a per-key limit", ["limit"], registry=r)
+        self.routed = Counter("proxy_routed_requests", "Requests sent to each upstream",
+                              ["upstream"], registry=r)
+        self.affinity_hits = Counter("proxy_routing_affinity_hits",
+                                     "Requests sent where their prefix/session already was",
+                                     ["upstream"], registry=r)
+        self.spills = Counter("proxy_routing_spills",
+                              "Requests affinity wanted on this upstream, sent elsewhere for load",
+                              ["upstream"], registry=r)
+        self.routing_poll_errors = Counter("proxy_routing_poll_errors",
+                                           "Failed polls of an upstream's /metrics",
+                                           ["upstream"], registry=r)
         self.upstream_up = Gauge("proxy_upstream_up", "1 when an upstream is considered up",
                                  ["upstream"], registry=r, multiprocess_mode="mostrecent")
         self.own = CollectorRegistry()  # collectors of this process only (the guard's counts)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+ROUTING_POLICIES = ("least-loaded", "prefix", "session")
+
 
 class SettingsError(ValueError):
     pass
@@ -44,6 +46,15 @@ class Settings:
     connect_timeout: float = 5.0
     read_timeout: float = 600.0  # between two chunks from vLLM
     upstream_backoff: float = 5.0  # seconds an upstream stays marked down after a connect error
+    upstream_header: bool = False  # answer with X-Upstream: the replica that served
+    # Routing over several upstreams (proxy/routing/, docs/routing.md).
+    routing: str = "least-loaded"  # least-loaded | prefix | session
+    routing_block_size: int = 16  # vLLM's --block-size (GPU default 16; vLLM-CPU uses 128)
+    routing_index_blocks: int = 65536  # block hashes remembered per replica (LRU)
+    routing_load_weight: float = 1.0  # how much load outweighs affinity (load.py)
+    routing_load_slack: float = 4.0  # requests of imbalance tolerated on an idle pool
+    routing_poll_interval: float = 1.0  # seconds between /metrics polls of each replica (0: off)
+    routing_session_header: str = "x-session-id"
     log_level: str = "info"
     log_prompts: bool = False
     # The answer cache (proxy/cache/).
@@ -138,6 +149,20 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "connect_timeout": ("PROXY_CONNECT_TIMEOUT", _float, "upstream connect timeout (s)"),
     "read_timeout": ("PROXY_READ_TIMEOUT", _float, "upstream read timeout (s)"),
     "upstream_backoff": ("PROXY_UPSTREAM_BACKOFF", _float, "seconds a failed upstream rests"),
+    "upstream_header": ("PROXY_UPSTREAM_HEADER", _onoff,
+                        "answer with X-Upstream (the replica that served): on | off"),
+    "routing": ("PROXY_ROUTING", _str, "least-loaded | prefix | session"),
+    "routing_block_size": ("PROXY_ROUTING_BLOCK_SIZE", _int, "vLLM's KV block size (tokens)"),
+    "routing_index_blocks": ("PROXY_ROUTING_INDEX_BLOCKS", _int,
+                             "block hashes remembered per replica"),
+    "routing_load_weight": ("PROXY_ROUTING_LOAD_WEIGHT", _float,
+                            "weight of load against prefix/session affinity"),
+    "routing_load_slack": ("PROXY_ROUTING_LOAD_SLACK", _float,
+                           "requests of imbalance tolerated on an idle pool"),
+    "routing_poll_interval": ("PROXY_ROUTING_POLL_INTERVAL", _float,
+                              "seconds between polls of vLLM's /metrics (0: off)"),
+    "routing_session_header": ("PROXY_ROUTING_SESSION_HEADER", _str,
+                               "header naming the session (else the body's user)"),
     "log_level": ("PROXY_LOG_LEVEL", _str, "debug | info | warning | error"),
     "log_prompts": ("PROXY_LOG_PROMPTS", _onoff, "log prompt text: on | off"),
     "cache": ("PROXY_CACHE", _str, "off | exact | semantic"),
@@ -185,6 +210,13 @@ def _validate(s: Settings) -> None:
          "PROXY_MAX_MESSAGES and PROXY_MAX_PROMPTS must be positive"),
         (s.connect_timeout > 0 and s.read_timeout > 0, "timeouts must be positive"),
         (s.upstream_backoff >= 0, "PROXY_UPSTREAM_BACKOFF must be >= 0"),
+        (s.routing in ROUTING_POLICIES, "PROXY_ROUTING: " + " | ".join(ROUTING_POLICIES)),
+        (s.routing_block_size > 0 and s.routing_index_blocks > 0,
+         "PROXY_ROUTING_BLOCK_SIZE and PROXY_ROUTING_INDEX_BLOCKS must be positive"),
+        (s.routing_load_weight >= 0 and s.routing_load_slack > 0,
+         "PROXY_ROUTING_LOAD_WEIGHT must be >= 0, PROXY_ROUTING_LOAD_SLACK > 0"),
+        (s.routing_poll_interval >= 0, "PROXY_ROUTING_POLL_INTERVAL must be >= 0"),
+        (bool(s.routing_session_header), "PROXY_ROUTING_SESSION_HEADER must not be empty"),
         (s.log_level in ("debug", "info", "warning", "error"), "PROXY_LOG_LEVEL: bad level"),
         (s.cache in ("off", "exact", "semantic"), "PROXY_CACHE: off, exact or semantic"),
         (0.0 < s.cache_threshold <= 1.0, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),

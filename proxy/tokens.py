@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
@@ -43,6 +43,16 @@ class TokenCounter(Protocol):
         ...
 
 
+@runtime_checkable
+class TokenEncoder(Protocol):
+    """A counter that can also hand out the token ids it counted (prefix routing hashes them)."""
+
+    async def encode_chat(self, model: str, messages: Messages,
+                          tools: list[Any] | None = None) -> list[int]: ...
+
+    async def encode_text(self, model: str, text: str) -> list[int]: ...
+
+
 def _ids(encoded: Any) -> list[int]:
     if isinstance(encoded, dict) or hasattr(encoded, "keys"):
         encoded = encoded["input_ids"]
@@ -65,21 +75,35 @@ class LocalCounter:
             return len(self._fast.encode_batch_fast([text], add_special_tokens=special)[0])
         return len(self.tok.encode(text, add_special_tokens=special))
 
+    def _encode(self, text: str, special: bool) -> list[int]:
+        if self._fast is not None:
+            return list(self._fast.encode_batch_fast([text], add_special_tokens=special)[0].ids)
+        return _ids(self.tok.encode(text, add_special_tokens=special))
+
+    def _template(self, messages: Messages, tools: list[Any] | None) -> str:
+        try:
+            return str(self.tok.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, tokenize=False))
+        except Exception as exc:  # a template that refuses these messages
+            raise BadRequest(f"the chat template rejected the messages: {exc}",
+                             param="messages") from None
+
     async def count_chat(self, model: str, messages: Messages,
                          tools: list[Any] | None = None) -> int:
-        def work() -> int:
-            try:
-                text = self.tok.apply_chat_template(
-                    messages, tools=tools, add_generation_prompt=True, tokenize=False)
-            except Exception as exc:  # a template that refuses these messages
-                raise BadRequest(f"the chat template rejected the messages: {exc}",
-                                 param="messages") from None
-            # what tokenize=True does: the template writes the special tokens itself
-            return self._count(str(text), False)
-        return await self._run(_size(messages, tools), work)
+        # what tokenize=True does: the template writes the special tokens itself
+        return await self._run(_size(messages, tools),
+                               lambda: self._count(self._template(messages, tools), False))
+
+    async def encode_chat(self, model: str, messages: Messages,
+                          tools: list[Any] | None = None) -> list[int]:
+        return await self._run(_size(messages, tools),
+                               lambda: self._encode(self._template(messages, tools), False))
 
     async def count_text(self, model: str, text: str) -> int:
         return await self._run(len(text), lambda: self._count(text, True))
+
+    async def encode_text(self, model: str, text: str) -> list[int]:
+        return await self._run(len(text), lambda: self._encode(text, True))
 
     async def tail(self, model: str, text: str, n_tokens: int) -> str:
         def work() -> str:
@@ -104,16 +128,27 @@ class RemoteCounter:
         data: dict[str, Any] = orjson.loads(content)
         return data
 
-    async def count_chat(self, model: str, messages: Messages,
-                         tools: list[Any] | None = None) -> int:
+    async def _chat(self, model: str, messages: Messages,
+                    tools: list[Any] | None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": messages,
                                 "add_generation_prompt": True}
         if tools:
             body["tools"] = tools
-        return int((await self._post("/tokenize", body))["count"])
+        return await self._post("/tokenize", body)
+
+    async def count_chat(self, model: str, messages: Messages,
+                         tools: list[Any] | None = None) -> int:
+        return int((await self._chat(model, messages, tools))["count"])
+
+    async def encode_chat(self, model: str, messages: Messages,
+                          tools: list[Any] | None = None) -> list[int]:
+        return list((await self._chat(model, messages, tools))["tokens"])
 
     async def count_text(self, model: str, text: str) -> int:
         return int((await self._post("/tokenize", {"model": model, "prompt": text}))["count"])
+
+    async def encode_text(self, model: str, text: str) -> list[int]:
+        return list((await self._post("/tokenize", {"model": model, "prompt": text}))["tokens"])
 
     async def tail(self, model: str, text: str, n_tokens: int) -> str:
         ids = (await self._post("/tokenize", {"model": model, "prompt": text,
@@ -190,7 +225,7 @@ class AutoCounter:
         tok = self.local.tok
         return lambda text: len(tok.encode(text, add_special_tokens=False))
 
-    def _pick(self) -> TokenCounter:
+    def _pick(self) -> LocalCounter | RemoteCounter:
         return self.local if self.local is not None else self.remote
 
     async def count_chat(self, model: str, messages: Messages,
@@ -199,6 +234,13 @@ class AutoCounter:
 
     async def count_text(self, model: str, text: str) -> int:
         return await self._pick().count_text(model, text)
+
+    async def encode_chat(self, model: str, messages: Messages,
+                          tools: list[Any] | None = None) -> list[int]:
+        return await self._pick().encode_chat(model, messages, tools)
+
+    async def encode_text(self, model: str, text: str) -> list[int]:
+        return await self._pick().encode_text(model, text)
 
     async def tail(self, model: str, text: str, n_tokens: int) -> str:
         return await self._pick().tail(model, text, n_tokens)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 
-from proxy.balancer import Backend, Balancer
+from proxy.balancer import Balancer
 from proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamUnavailable
 from proxy.metrics import Metrics
+from proxy.routing.backend import Backend
+from proxy.routing.protocol import Choice, RouteRequest
 from proxy.settings import Settings
 from proxy.transport import AiohttpTransport, Limits, Reply, Transport
 
@@ -55,13 +57,18 @@ class Upstream:
         self.metrics = metrics
 
     async def open(self, method: str, path: str, content: bytes | None = None,
-                   headers: Mapping[str, str] | None = None) -> UpstreamStream:
-        """Send to the best upstream; on a connect error try the next one. Error statuses from
-        vLLM raise UpstreamHTTPError with vLLM's own body."""
+                   headers: Mapping[str, str] | None = None,
+                   route: RouteRequest | None = None) -> UpstreamStream:
+        """Send where the routing policy says; on a connect error try the next one. Error
+        statuses from vLLM raise UpstreamHTTPError with vLLM's own body."""
+        key = await self.balancer.policy.key(route) if route is not None else None
         tried: tuple[Backend, ...] = ()
         last: UpstreamError = UpstreamUnavailable("no upstream is configured")
-        while (backend := self.balancer.pick(tried)) is not None:
+        while (choice := self.balancer.choose(key, tried)) is not None:
+            backend = choice.backend
             tried += (backend,)
+            if route is not None:
+                self._count(choice)
             backend.inflight += 1
             try:
                 reply = await self.transport.request(method, backend.url + path, content,
@@ -84,6 +91,14 @@ class Upstream:
             return stream
         raise last
 
+    def _count(self, choice: Choice) -> None:
+        m = self.metrics
+        m.routed.labels(choice.backend.url).inc()
+        if choice.affinity:
+            m.affinity_hits.labels(choice.backend.url).inc()
+        if choice.spilled_from is not None:
+            m.spills.labels(choice.spilled_from.url).inc()
+
     async def _raise_status(self, stream: UpstreamStream) -> None:
         try:
             content = await stream.read()
@@ -98,7 +113,10 @@ class Upstream:
     async def fetch(self, method: str, path: str, content: bytes | None = None,
                     headers: Mapping[str, str] | None = None) -> bytes:
         """A whole (non-streaming) answer; cancelling the caller cancels the upstream request."""
-        stream = await self.open(method, path, content, headers)
+        return await self.read(await self.open(method, path, content, headers))
+
+    async def read(self, stream: UpstreamStream) -> bytes:
+        """The whole body of an opened answer, then the stream closed."""
         try:
             return await stream.read()
         finally:

@@ -1,4 +1,5 @@
 from proxy.balancer import Balancer
+from proxy.routing.protocol import Choice
 
 
 class Clock:
@@ -39,3 +40,22 @@ def test_all_down_still_tries_the_one_back_soonest():
     assert b.pick(exclude=(a, bb)) is None
     b.mark_up(bb)
     assert b.pick() is bb and bb.last_error is None
+
+
+def test_the_policy_sees_only_healthy_upstreams():
+    seen = []
+
+    class Spy:
+        name, wants_tokens = "spy", False
+
+        async def key(self, request):
+            return None
+
+        def choose(self, candidates, key):
+            seen.append([b.url for b in candidates])
+            return Choice(candidates[-1], affinity=True)
+
+    b = Balancer(("http://a", "http://b", "http://c"), backoff=5, policy=Spy(), clock=Clock())
+    b.mark_down(b.backends[1], "x")
+    choice = b.choose("k", exclude=(b.backends[2],))
+    assert seen == [["http://a"]] and choice.backend is b.backends[0] and choice.affinity

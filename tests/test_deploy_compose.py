@@ -17,8 +17,8 @@ DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 METRIC = re.compile(r"\b(proxy_[a-z0-9_]+|vllm:[a-z0-9_:]+)")
 
 
-def compose():
-    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+def compose(name: str = "compose.yaml"):
+    return yaml.safe_load((DEPLOY / name).read_text())
 
 
 def dashboard():
@@ -83,6 +83,24 @@ def test_proxy_env_is_what_the_proxy_reads_and_points_at_the_services():
     assert env["PROXY_UPSTREAM"] == "http://vllm:8000"
     assert env["PROXY_REDIS_URL"].startswith("redis://redis:6379")
     assert env["PROXY_HOST"] == "0.0.0.0"
+
+
+def test_the_two_replica_overlay_routes_by_prefix_over_two_gpus():
+    base, over = compose(), compose("compose.replicas.yaml")
+    from proxy.settings import _SPEC, load_settings
+
+    env = {**base["services"]["proxy"]["environment"], **over["services"]["proxy"]["environment"]}
+    assert set(env) <= {var for var, _, _ in _SPEC.values()}
+    settings = load_settings(env)
+    assert settings.upstreams == ("http://vllm:8000", "http://vllm-b:8000")
+    assert settings.routing == "prefix"
+    expected = build_command(dict(load_profile("prefix-caching").serve, model="/models/model"),
+                             host="0.0.0.0", port=8000, python="python3")[len(SERVE_ENTRY) + 1:]
+    b = over["services"]["vllm-b"]
+    assert over["services"]["vllm"]["command"] == b["command"] == expected
+    assert b["entrypoint"] == base["services"]["vllm"]["entrypoint"]
+    assert b["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["1"]
+    assert set(over["services"]["proxy"]["depends_on"]) == {"vllm-b"}
 
 
 def test_prometheus_scrapes_both_and_grafana_reads_prometheus():

@@ -75,3 +75,35 @@ def test_vllm_is_a_gpu_deployment_with_the_baseline_profile():
     assert c["args"] == expected
     claim = docs[("Deployment", "vllm")]["spec"]["template"]["spec"]["volumes"][0]
     assert ("PersistentVolumeClaim", claim["persistentVolumeClaim"]["claimName"]) in docs
+
+
+def test_the_two_replica_overlay_adds_a_prefix_caching_replica_and_routes_by_prefix():
+    from proxy.settings import load_settings
+
+    overlay = K8S / "two-replicas"
+    kust = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kust["resources"][0] == ".." and all((overlay / r).is_file()
+                                               for r in kust["resources"][1:])
+    patches = {p["path"]: yaml.safe_load((overlay / p["path"]).read_text())
+               for p in kust["patches"]}
+    base = objects()
+    for patch in patches.values():  # each patch names a base Deployment and its container
+        name = patch["metadata"]["name"]
+        assert patch["spec"]["template"]["spec"]["containers"][0]["name"] == \
+            container(base, name)["name"]
+    expected = build_command(dict(load_profile("prefix-caching").serve, model="/models/model"),
+                             host="0.0.0.0", port=8000, python="python3")[len(SERVE_ENTRY) + 1:]
+    b_docs = {(d["kind"], d["metadata"]["name"]): d for d in
+              yaml.safe_load_all((overlay / "vllm-b.yaml").read_text())}
+    b = b_docs[("Deployment", "vllm-b")]["spec"]["template"]["spec"]["containers"][0]
+    assert b["args"] == expected == \
+        patches["patch-vllm.yaml"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert b["resources"] == container(base, "vllm")["resources"]
+    svc = b_docs[("Service", "vllm-b")]["spec"]["selector"]
+    assert svc.items() <= b_docs[("Deployment", "vllm-b")]["spec"]["template"]["metadata"][
+        "labels"].items()
+    env = {e["name"]: e["value"] for e in
+           patches["patch-proxy.yaml"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    settings = load_settings(env)
+    assert settings.upstreams == ("http://vllm:8000", "http://vllm-b:8000")
+    assert settings.routing == "prefix"

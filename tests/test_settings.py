@@ -30,6 +30,10 @@ def test_env_then_flags_override():
     ({"PROXY_GREEDY": "maybe"}, "PROXY_GREEDY"),
     ({"PROXY_CACHE": "lru"}, "PROXY_CACHE"),
     ({"PROXY_CACHE_THRESHOLD": "1.5"}, "PROXY_CACHE_THRESHOLD"),
+    ({"PROXY_ROUTING": "random"}, "PROXY_ROUTING"),
+    ({"PROXY_ROUTING_BLOCK_SIZE": "0"}, "PROXY_ROUTING_BLOCK_SIZE"),
+    ({"PROXY_ROUTING_LOAD_SLACK": "0"}, "PROXY_ROUTING_LOAD_SLACK"),
+    ({"PROXY_UPSTREAM_HEADER": "maybe"}, "PROXY_UPSTREAM_HEADER"),
 ])
 def test_invalid_settings_name_the_setting(env, needle):
     with pytest.raises(SettingsError, match=needle):

@@ -1,0 +1,87 @@
+"""vLLM's own load, polled from each replica's /metrics: running and waiting requests and KV-cache
+use (vLLM ≥ 0.10 names, with the older gpu_cache_usage_perc). With several proxies in front of
+one pool, these include the other proxies' traffic, which in-flight counts cannot."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.balancer import Balancer
+from proxy.errors import BadGateway, UpstreamError
+from proxy.metrics import Metrics
+from proxy.routing.backend import Backend
+from proxy.transport import Transport
+
+log = logging.getLogger("proxy.routing")
+_RUNNING = "vllm:num_requests_running"
+_WAITING = "vllm:num_requests_waiting"
+_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+
+
+def parse_load(text: str) -> Load:
+    """Sums over engines (data-parallel ranks export one series each); KV use is the fullest."""
+    running = waiting = kv = 0.0
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name, _, rest = line.partition("{")
+        if not rest:
+            name, _, rest = line.partition(" ")
+        if name not in (_RUNNING, _WAITING) and name not in _KV:
+            continue
+        try:
+            value = float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if name == _RUNNING:
+            running += value
+        elif name == _WAITING:
+            waiting += value
+        else:
+            kv = max(kv, value)
+    return Load(running, waiting, kv)
+
+
+class LoadPoller:
+    def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics,
+                 interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.transport = transport
+        self.balancer = balancer
+        self.metrics = metrics
+        self.interval = interval
+        self.clock = clock
+
+    async def poll(self, backend: Backend) -> None:
+        try:
+            reply = await self.transport.request("GET", backend.url + "/metrics", None, {},
+                                                 wait=self.interval)
+            try:
+                body = await reply.read()
+            finally:
+                reply.close()
+            if reply.status != 200:
+                raise BadGateway(f"/metrics answered {reply.status}")
+        except UpstreamError as exc:
+            self.metrics.routing_poll_errors.labels(backend.url).inc()
+            log.debug("load poll of %s failed: %s", backend.url, type(exc).__name__)
+            return
+        load = parse_load(body.decode("utf-8", "replace"))
+        backend.running, backend.waiting, backend.kv_usage = (
+            load.running, load.waiting, load.kv_usage)
+        backend.polled_until = self.clock() + 3 * self.interval
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.gather(*(self.poll(b) for b in self.balancer.backends))
+            await asyncio.sleep(self.interval)

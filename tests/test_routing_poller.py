@@ -1,0 +1,42 @@
+from proxy.balancer import Balancer
+from proxy.errors import UpstreamUnavailable
+from proxy.metrics import Metrics
+from proxy.routing.poller import LoadPoller, parse_load
+from tests.support.fake_upstream import FakeReply, FakeTransport
+
+TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 7.0
+vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 99.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} 0.5
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 1234.0
+"""
+
+
+def test_parse_sums_engines_and_takes_the_fullest_kv_cache():
+    load = parse_load(TEXT)
+    assert (load.running, load.waiting, load.kv_usage) == (5.0, 7.0, 0.5)
+    assert parse_load("vllm:gpu_cache_usage_perc 0.75\n").kv_usage == 0.75
+    assert parse_load("garbage\nvllm:num_requests_waiting{x} nan?\n").waiting == 0.0
+
+
+async def test_poll_fills_the_backend_and_counts_failures():
+    async def answer(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        if url.startswith("http://down:2"):
+            raise UpstreamUnavailable("the upstream http://down:2 is unreachable: refused")
+        return FakeReply(200, TEXT.encode())
+
+    balancer = Balancer(("http://up:1", "http://down:2"), backoff=1)
+    metrics = Metrics()
+    poller = LoadPoller(FakeTransport(answer), balancer, metrics, interval=1.0,
+                        clock=lambda: 100.0)
+    up, down = balancer.backends
+    for b in balancer.backends:
+        await poller.poll(b)
+    assert (up.running, up.waiting, up.kv_usage, up.polled_until) == (5.0, 7.0, 0.5, 103.0)
+    assert down.polled_until == 0.0
+    assert 'proxy_routing_poll_errors_total{upstream="http://down:2"} 1.0' in \
+        metrics.render().decode()

@@ -1,0 +1,105 @@
+from proxy.routing.backend import Backend
+from proxy.routing.blocks import chain
+from proxy.routing.load import LoadGuard
+from proxy.routing.prefix import BlockSet, Prefix
+from proxy.routing.protocol import RouteRequest
+
+BS = 4
+
+
+def tenant(t: int, blocks: int = 4, question: int = 0) -> list[int]:
+    """A tenant's system prompt (`blocks` full blocks), then a question of its own."""
+    return [1000 * t + i for i in range(blocks * BS)] + [7, question, question]
+
+
+def policy(**kw) -> Prefix:
+    return Prefix(BS, kw.pop("capacity", 1000), LoadGuard(**kw), clock=lambda: 0.0)
+
+
+async def key(p: Prefix, tokens: list[int]) -> object:
+    return await p.key(RouteRequest(tokens=tokens))
+
+
+def pool(n: int = 2) -> list[Backend]:
+    return [Backend(f"http://r{i}") for i in range(n)]
+
+
+def test_block_set_matches_an_unbroken_prefix_and_drops_tails_first():
+    s = BlockSet(capacity=5)
+    s.add([1, 2, 3, 4])
+    assert s.matched([1, 2, 3, 4, 9]) == 4 and s.matched([1, 9, 3]) == 1
+    s.add([5, 6])
+    assert len(s.blocks) == 5
+    assert s.matched([1, 2, 3, 4]) == 3  # the LRU took the old chain's last block
+    s.discard([1])
+    assert s.matched([1, 2]) == 0
+
+
+async def test_a_tenant_sticks_to_one_replica_and_tenants_spread():
+    p, backends = policy(), pool()
+    first = {}
+    for t in range(20):
+        c = p.choose(backends, await key(p, tenant(t)))
+        assert not c.affinity and c.spilled_from is None
+        first[t] = c.backend
+    assert len(set(first.values())) == 2  # new prefixes spread (rendezvous tie-break)
+    for t in range(20):
+        c = p.choose(backends, await key(p, tenant(t, question=5)))
+        assert c.backend is first[t] and c.affinity
+
+
+async def test_two_proxies_that_never_talked_place_new_prefixes_alike():
+    a, b, backends = policy(), policy(), pool(3)
+    for t in range(10):
+        k = await key(a, tenant(t))
+        assert a.choose(backends, k).backend is b.choose(backends, k).backend
+
+
+async def test_the_longest_cached_prefix_wins():
+    p, backends = policy(), pool()
+    k = await key(p, tenant(1, blocks=4))
+    home = p.choose(backends, k).backend
+    other = next(b for b in backends if b is not home)
+    p.blocks_of(other).add(k[:2])
+    assert p.choose(backends, k).backend is home
+    p.blocks_of(home).discard(k[1:])  # home now holds 1 block, other 2
+    assert p.choose(backends, k).backend is other
+
+
+async def test_a_busy_home_spills_and_the_prefix_then_lives_on_both():
+    p, backends = policy(weight=1.0, slack=4.0), pool()
+    k = await key(p, tenant(3))
+    home = p.choose(backends, k).backend
+    other = next(b for b in backends if b is not home)
+    home.inflight = 3  # penalty 3/4 < gain 1: stays
+    assert p.choose(backends, k).backend is home
+    home.inflight = 5  # penalty 5/4 > gain 1: spills
+    c = p.choose(backends, k)
+    assert c.backend is other and c.spilled_from is home and not c.affinity
+    home.inflight = 1
+    c = p.choose(backends, k)
+    assert c.backend is other and c.affinity  # both hold it: the less loaded one serves
+
+
+async def test_vllms_own_queue_makes_a_replica_busy():
+    p, backends = policy(), pool()
+    k = await key(p, tenant(4))
+    home = p.choose(backends, k).backend
+    home.waiting, home.running, home.polled_until = 10, 8, 1.0  # other proxies' traffic
+    assert p.choose(backends, k).backend is not home
+
+
+async def test_no_full_block_falls_back_to_least_loaded():
+    p, backends = policy(), pool()
+    assert await key(p, [1, 2]) == [] and await p.key(RouteRequest()) is None
+    backends[0].inflight = 1
+    assert p.choose(backends, None).backend is backends[1]
+    assert p.choose(backends, []).backend is backends[1]
+
+
+async def test_the_index_is_bounded_per_replica():
+    p, backends = policy(capacity=8), pool(1)
+    for t in range(10):
+        p.choose(backends, await key(p, tenant(t)))
+    assert len(p.blocks_of(backends[0]).blocks) == 8
+    assert chain(tenant(9), BS)[0] in p.blocks_of(backends[0]).blocks

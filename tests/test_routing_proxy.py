@@ -1,0 +1,102 @@
+"""Routing through the whole proxy (fake vLLMs, a word tokenizer): where requests land, the
+X-Upstream header, the access log and the routing metrics."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from proxy.settings import Settings
+from tests.support.fake_upstream import FakeVllm
+from tests.support.proxy_app import proxy_client
+
+A, B = "http://a:8000", "http://b:8000"
+
+
+class WordEncoder:
+    """One token per word (its crc32), one more per message: a chat template stand-in."""
+
+    def _chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        out: list[int] = []
+        for m in messages:
+            out += [1, *(zlib.crc32(w.encode()) for w in str(m.get("content")).split())]
+        return out
+
+    async def count_chat(self, model, messages, tools=None):
+        return len(self._chat(messages))
+
+    async def encode_chat(self, model, messages, tools=None):
+        return self._chat(messages)
+
+    async def count_text(self, model, text):
+        return len(text.split())
+
+    async def encode_text(self, model, text):
+        return [zlib.crc32(w.encode()) for w in text.split()]
+
+    async def tail(self, model, text, n_tokens):
+        return " ".join(text.split()[-n_tokens:])
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(**{"upstreams": (A, B), "cache": "off", "routing_block_size": 4,
+                       "routing_poll_interval": 0.0, **kw})
+
+
+def chat(tenant: int, question: int) -> dict[str, Any]:
+    system = " ".join(f"t{tenant}w{i}" for i in range(24))
+    return {"model": "tiny", "max_tokens": 2, "messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"question {question} from tenant {tenant}"}]}
+
+
+def landed(fake: FakeVllm) -> dict[str, set[str]]:
+    """tenant's system prompt -> the upstreams its requests reached"""
+    out: dict[str, set[str]] = {}
+    for r in fake.completions():
+        base = r.url.split("/v1/")[0]
+        out.setdefault(r.json["messages"][0]["content"], set()).add(base)
+    return out
+
+
+async def test_prefix_keeps_each_tenant_on_one_replica_and_says_where():
+    fake = FakeVllm()
+    async with proxy_client(settings(routing="prefix", upstream_header=True),
+                            transport=fake.transport, counter=WordEncoder()) as c:
+        for q in range(3):
+            for t in range(7):
+                r = await c.post("/v1/chat/completions", json=chat(t, q))
+                assert r.status_code == 200 and r.headers["X-Upstream"] in (A, B)
+        metrics = (await c.get("/metrics")).text
+    places = landed(fake)
+    assert len(places) == 7 and all(len(p) == 1 for p in places.values())
+    assert set().union(*places.values()) == {A, B}
+    hits = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("proxy_routing_affinity_hits_total{"))
+    assert hits == 14  # every request after a tenant's first
+
+
+async def test_least_loaded_scatters_the_same_tenants():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport, counter=WordEncoder()) as c:
+        for q in range(3):
+            for t in range(7):
+                await c.post("/v1/chat/completions", json=chat(t, q))
+    assert any(len(p) == 2 for p in landed(fake).values())
+
+
+async def test_session_streams_stick_and_the_access_log_names_the_upstream(caplog):
+    caplog.set_level("INFO", logger="proxy.access")
+    fake = FakeVllm()
+    async with proxy_client(settings(routing="session"), transport=fake.transport,
+                            counter=WordEncoder()) as c:
+        for q in range(4):
+            r = await c.post("/v1/chat/completions", headers={"X-Session-ID": "s-1"},
+                             json={**chat(0, q), "stream": True})
+            assert r.status_code == 200 and "X-Upstream" not in r.headers  # off by default
+        r = await c.post("/v1/chat/completions", json=chat(1, 0))
+        assert r.status_code == 200
+    sent = {r.url.split("/v1/")[0] for r in fake.completions()[:4]}
+    assert len(sent) == 1
+    logged = [rec.fields["upstream"] for rec in caplog.records if rec.name == "proxy.access"]
+    assert logged[:4] == [sent.pop()] * 4 and logged[4] in (A, B)  # JSON answers too
