@@ -25,7 +25,7 @@ import httpx
 from bench.procs import PY, REPO, Proc, ours
 from deploy.net import free_port
 
-POLICIES = ("least-loaded", "prefix", "session")
+POLICIES = ("least-loaded", "prefix", "session", "kv-events")
 VOCAB = ("river mountain city garden window paper music letter market forest number "
          "question answer system people morning evening summer winter ocean").split()
 
@@ -90,16 +90,20 @@ async def measure(proxy: str, replicas: list[str], chats: list[dict[str, Any]],
             "requests": len(chats)}
 
 
-def vllm_replica(name: str) -> Proc:
+def vllm_replica(name: str, kv_port: int) -> Proc:
+    """vLLM-CPU with the tiny model, publishing its KV-cache events on kv_port."""
     port = free_port()
+    events = ('kv-events-config={"enable_kv_cache_events":true,"publisher":"zmq",'
+              f'"endpoint":"tcp://*:{kv_port}"}}')
     return Proc(name, [PY, "-m", "deploy", "backend", "--profile", "cpu-tiny", "--port",
-                       str(port), "--model", str(REPO / ".models" / "tiny")],
+                       str(port), "--model", str(REPO / ".models" / "tiny"), "--set", events],
                 f"http://127.0.0.1:{port}", ready_path="/health", timeout=900)
 
 
-def proxy_for(replicas: list[str], policy: str) -> Proc:
+def proxy_for(replicas: list[str], kv_ports: list[int], policy: str) -> Proc:
     return ours(",".join(replicas), None, {
         "PROXY_ROUTING": policy, "PROXY_ROUTING_BLOCK_SIZE": "128",
+        "PROXY_ROUTING_KV_EVENTS": ",".join(f"tcp://127.0.0.1:{p}" for p in kv_ports),
         "PROXY_UPSTREAM_HEADER": "on", "PROXY_LOG_LEVEL": "warning"}, name=f"proxy-{policy}")
 
 
@@ -110,16 +114,18 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=640, help="system prompt words (~tokens)")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     runs: list[dict[str, Any]] = []
-    with vllm_replica("vllm-a") as a, vllm_replica("vllm-b") as b:
+    kv_ports = [free_port(), free_port()]
+    with vllm_replica("vllm-a", kv_ports[0]) as a, vllm_replica("vllm-b", kv_ports[1]) as b:
         replicas = [a.url, b.url]
         for r in range(args.repeats):
-            for i, policy in enumerate(POLICIES):
+            for i, policy in enumerate(args.policies.split(",")):
                 chats = tenant_chats(args.tenants, args.per_tenant, args.words,
                                      seed=1000 * r + i)
-                with proxy_for(replicas, policy) as proxy:
+                with proxy_for(replicas, kv_ports, policy) as proxy:
                     result = asyncio.run(measure(proxy.url, replicas, chats,
                                                  args.concurrency))
                 runs.append({"policy": policy, "repeat": r, **result})
@@ -127,11 +133,11 @@ def main() -> None:
                       f"requests per replica {[p['requests'] for p in result['replicas'].values()]}"
                       f" wall {result['wall_s']:.1f}s", flush=True)
     summary = {}
-    for policy in POLICIES:
+    for policy in args.policies.split(","):
         rates = [x["hit_rate"] for x in runs if x["policy"] == policy]
         summary[policy] = {"hit_rate_mean": statistics.mean(rates),
                            "hit_rate_min": min(rates), "hit_rate_max": max(rates)}
-    base = summary["least-loaded"]["hit_rate_mean"]
+    base = summary.get("least-loaded", {}).get("hit_rate_mean", 0.0)
     for policy, s in summary.items():
         print(f"{policy:13s} mean hit rate {s['hit_rate_mean']:.3f} "
               f"[{s['hit_rate_min']:.3f}, {s['hit_rate_max']:.3f}]  "

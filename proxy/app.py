@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -23,8 +22,7 @@ from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
 from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
-from proxy.routing.build import make_policy, polls_load
-from proxy.routing.poller import LoadPoller
+from proxy.routing.build import background, make_policy
 from proxy.settings import Settings
 from proxy.tokens import AutoCounter, TokenCounter
 from proxy.transport import Transport
@@ -106,16 +104,14 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
             if freeze_gc:
                 gc.collect()
                 gc.freeze()
-            poller = asyncio.create_task(LoadPoller(
-                upstream.transport, balancer, metrics, settings.routing_poll_interval).run()) \
-                if polls_load(settings) else None
+            tasks = [asyncio.create_task(work)
+                     for work in background(settings, balancer, upstream.transport, metrics)]
             try:
                 yield {"guard": guard}
             finally:
-                if poller is not None:
-                    poller.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await poller
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
                 await cache.aclose()
         finally:
             await upstream.aclose()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-ROUTING_POLICIES = ("least-loaded", "prefix", "session")
+ROUTING_POLICIES = ("least-loaded", "prefix", "session", "kv-events")
 
 
 class SettingsError(ValueError):
@@ -48,13 +48,14 @@ class Settings:
     upstream_backoff: float = 5.0  # seconds an upstream stays marked down after a connect error
     upstream_header: bool = False  # answer with X-Upstream: the replica that served
     # Routing over several upstreams (proxy/routing/, docs/routing.md).
-    routing: str = "least-loaded"  # least-loaded | prefix | session
+    routing: str = "least-loaded"  # least-loaded | prefix | session | kv-events
     routing_block_size: int = 16  # vLLM's --block-size (GPU default 16; vLLM-CPU uses 128)
     routing_index_blocks: int = 65536  # block hashes remembered per replica (LRU)
     routing_load_weight: float = 1.0  # how much load outweighs affinity (load.py)
     routing_load_slack: float = 4.0  # requests of imbalance tolerated on an idle pool
     routing_poll_interval: float = 1.0  # seconds between /metrics polls of each replica (0: off)
     routing_session_header: str = "x-session-id"
+    routing_kv_events: tuple[str, ...] = ()  # kv-events: each upstream's vLLM ZMQ publisher
     log_level: str = "info"
     log_prompts: bool = False
     # The answer cache (proxy/cache/).
@@ -151,7 +152,7 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "upstream_backoff": ("PROXY_UPSTREAM_BACKOFF", _float, "seconds a failed upstream rests"),
     "upstream_header": ("PROXY_UPSTREAM_HEADER", _onoff,
                         "answer with X-Upstream (the replica that served): on | off"),
-    "routing": ("PROXY_ROUTING", _str, "least-loaded | prefix | session"),
+    "routing": ("PROXY_ROUTING", _str, "least-loaded | prefix | session | kv-events"),
     "routing_block_size": ("PROXY_ROUTING_BLOCK_SIZE", _int, "vLLM's KV block size (tokens)"),
     "routing_index_blocks": ("PROXY_ROUTING_INDEX_BLOCKS", _int,
                              "block hashes remembered per replica"),
@@ -163,6 +164,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                               "seconds between polls of vLLM's /metrics (0: off)"),
     "routing_session_header": ("PROXY_ROUTING_SESSION_HEADER", _str,
                                "header naming the session (else the body's user)"),
+    "routing_kv_events": ("PROXY_ROUTING_KV_EVENTS", _csv,
+                          "kv-events: vLLM ZMQ publishers, one per upstream, in order"),
     "log_level": ("PROXY_LOG_LEVEL", _str, "debug | info | warning | error"),
     "log_prompts": ("PROXY_LOG_PROMPTS", _onoff, "log prompt text: on | off"),
     "cache": ("PROXY_CACHE", _str, "off | exact | semantic"),
@@ -217,6 +220,8 @@ def _validate(s: Settings) -> None:
          "PROXY_ROUTING_LOAD_WEIGHT must be >= 0, PROXY_ROUTING_LOAD_SLACK > 0"),
         (s.routing_poll_interval >= 0, "PROXY_ROUTING_POLL_INTERVAL must be >= 0"),
         (bool(s.routing_session_header), "PROXY_ROUTING_SESSION_HEADER must not be empty"),
+        (s.routing != "kv-events" or len(s.routing_kv_events) == len(s.upstreams),
+         "PROXY_ROUTING_KV_EVENTS: one ZMQ endpoint per upstream (PROXY_ROUTING=kv-events)"),
         (s.log_level in ("debug", "info", "warning", "error"), "PROXY_LOG_LEVEL: bad level"),
         (s.cache in ("off", "exact", "semantic"), "PROXY_CACHE: off, exact or semantic"),
         (0.0 < s.cache_threshold <= 1.0, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),

@@ -100,3 +100,15 @@ async def test_session_streams_stick_and_the_access_log_names_the_upstream(caplo
     assert len(sent) == 1
     logged = [rec.fields["upstream"] for rec in caplog.records if rec.name == "proxy.access"]
     assert logged[:4] == [sent.pop()] * 4 and logged[4] in (A, B)  # JSON answers too
+
+
+async def test_kv_events_starts_its_subscriptions_and_serves_before_any_event():
+    fake = FakeVllm()
+    s = settings(routing="kv-events", routing_kv_events=("tcp://127.0.0.1:9", "tcp://127.0.0.1:9"),
+                 routing_poll_interval=0.05, upstream_header=True)
+    async with proxy_client(s, transport=fake.transport, counter=WordEncoder()) as c:
+        first = await c.post("/v1/chat/completions", json=chat(0, 0))
+        again = await c.post("/v1/chat/completions", json=chat(0, 1))  # the optimistic record
+        assert first.headers["X-Upstream"] == again.headers["X-Upstream"]
+        metrics = (await c.get("/metrics")).text
+    assert f'proxy_routing_poll_errors_total{{upstream="{A}"}}' in metrics  # no /metrics here

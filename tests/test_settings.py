@@ -34,6 +34,8 @@ def test_env_then_flags_override():
     ({"PROXY_ROUTING_BLOCK_SIZE": "0"}, "PROXY_ROUTING_BLOCK_SIZE"),
     ({"PROXY_ROUTING_LOAD_SLACK": "0"}, "PROXY_ROUTING_LOAD_SLACK"),
     ({"PROXY_UPSTREAM_HEADER": "maybe"}, "PROXY_UPSTREAM_HEADER"),
+    ({"PROXY_ROUTING": "kv-events", "PROXY_UPSTREAM": "http://a:1,http://b:2",
+      "PROXY_ROUTING_KV_EVENTS": "tcp://a:5557"}, "PROXY_ROUTING_KV_EVENTS"),
 ])
 def test_invalid_settings_name_the_setting(env, needle):
     with pytest.raises(SettingsError, match=needle):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from proxy.routing.backend import Backend
 from proxy.routing.blocks import chain_async
@@ -21,6 +22,14 @@ from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import Choice, RouteRequest
 from proxy.routing.rendezvous import rank
+
+
+class Blocks(Protocol):
+    """What one replica probably holds: how much of a chain, and record a chain sent there."""
+
+    def matched(self, hashes: Sequence[int]) -> int: ...
+
+    def add(self, hashes: Sequence[int]) -> None: ...
 
 
 class BlockSet:
@@ -64,7 +73,7 @@ class Prefix:
         self.sets: dict[str, BlockSet] = {}
         self.fallback = LeastLoaded(clock)
 
-    def blocks_of(self, backend: Backend) -> BlockSet:
+    def blocks_of(self, backend: Backend) -> Blocks:
         found = self.sets.get(backend.url)
         if found is None:
             found = self.sets[backend.url] = BlockSet(self.capacity)
