@@ -35,7 +35,7 @@ import httpx
 from bench.procs import PY, REPO, Proc
 from bench.routing_workload import rows
 
-POLICIES = ("least-loaded", "prefix", "session")
+POLICIES = ("least-loaded", "prefix", "session", "kv-events")
 CASES = {"tenants": 0.0, "hotspot": 0.8}
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
         9: 2.262}
@@ -65,15 +65,20 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def vllm(name: str, model: str, gpu: int, port: int) -> Proc:
+    """One replica on one GPU, publishing its KV-cache events on port + 1000 (kv-events)."""
+    events = ('kv-events-config={"enable_kv_cache_events":true,"publisher":"zmq",'
+              f'"endpoint":"tcp://*:{port + 1000}"}}')
     return Proc(name, [PY, "-m", "deploy", "backend", "--profile", "prefix-caching", "--model",
-                       model, "--port", str(port), "--host", "127.0.0.1"],
+                       model, "--port", str(port), "--host", "127.0.0.1", "--set", events],
                 f"http://127.0.0.1:{port}",
                 env={"CUDA_VISIBLE_DEVICES": str(gpu), "VLLM_SERVER_DEV_MODE": "1"},
                 ready_path="/health", timeout=1200)
 
 
 def proxy(replicas: list[str], policy: str, model: str, port: int) -> Proc:
+    events = ",".join(f"tcp://127.0.0.1:{int(r.rsplit(':', 1)[1]) + 1000}" for r in replicas)
     env = {"PROXY_UPSTREAM": ",".join(replicas), "PROXY_PORT": str(port),
+           "PROXY_ROUTING_KV_EVENTS": events,
            "PROXY_ROUTING": policy, "PROXY_ROUTING_BLOCK_SIZE": "16", "PROXY_CACHE": "off",
            "PROXY_TOKENIZER": model, "PROXY_MAX_INFLIGHT": "4096", "PROXY_MAX_WAITING": "4096",
            "PROXY_QUEUE_TIMEOUT": "600", "PROXY_LOG_LEVEL": "warning"}
