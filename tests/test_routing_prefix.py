@@ -115,7 +115,7 @@ async def test_a_hot_prefix_under_load_ends_up_balanced():
     active: list[tuple[int, Backend]] = []
     served = {b.url: 0 for b in backends}
     for tick in range(300):
-        for until, b in [a for a in active if a[0] == tick]:
+        for _, b in [a for a in active if a[0] == tick]:
             b.inflight -= 1
         active = [a for a in active if a[0] > tick]
         for i in range(2):
