@@ -33,10 +33,6 @@ class Balancer:
         first = min(rest, key=lambda b: b.down_until, default=None)
         return None if first is None else Choice(first)
 
-    def pick(self, exclude: tuple[Backend, ...] = ()) -> Backend | None:
-        choice = self.choose(None, exclude)
-        return None if choice is None else choice.backend
-
     def mark_down(self, backend: Backend, error: str) -> None:
         backend.down_until = self.clock() + self.backoff
         backend.failures += 1

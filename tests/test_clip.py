@@ -107,3 +107,29 @@ async def test_real_truncate_fits_vllms_own_count(vllm):
     assert r.status_code == 200, r.text
     assert 100 < r.json()["usage"]["prompt_tokens"] <= 120  # vLLM's count, not ours
     assert "dropped_messages=2; trimmed=yes" in r.headers["x-proxy-input-truncated"]
+
+
+class WordEncoder(WordCounter):
+    async def encode_chat(self, model, messages, tools=None):
+        out = []
+        for m in messages:
+            out += [0, *(len(w) for w in str(m.get("content") or "").split())]
+        return out
+
+    async def encode_text(self, model, text):
+        return [len(w) for w in text.split()]
+
+
+async def test_ids_come_with_the_count_when_asked():
+    body = {"messages": [SYS, *turns("a bb")]}
+    out = await clip_chat(body, WordEncoder(), "m", 10, truncate=False, ids=True)
+    assert out.token_ids == [0, 2, 4, 0, 1, 2] and out.input_tokens == 6
+    assert (await clip_chat(body, WordEncoder(), "m", 10, truncate=False)).token_ids is None
+    assert (await clip_chat(body, W, "m", 10, truncate=False, ids=True)).token_ids is None
+    cut = await clip_chat({"messages": [SYS, *turns("a b c", "x", "y z")]}, WordEncoder(), "m",
+                          7, truncate=True, ids=True)
+    assert cut.truncated and cut.token_ids == [0, 2, 4, 0, 1, 1]  # system + the newest turn
+    text = await clip_prompt({"prompt": "aa b"}, WordEncoder(), "m", 10, False, ids=True)
+    assert text.token_ids == [2, 1]
+    listed = await clip_prompt({"prompt": [[5, 6], [7]]}, W, "m", 10, False, ids=True)
+    assert listed.token_ids == [5, 6]

@@ -103,3 +103,26 @@ async def test_the_index_is_bounded_per_replica():
         p.choose(backends, await key(p, tenant(t)))
     assert len(p.blocks_of(backends[0]).blocks) == 8
     assert chain(tenant(9), BS)[0] in p.blocks_of(backends[0]).blocks
+
+
+async def test_a_hot_prefix_under_load_ends_up_balanced():
+    """Most traffic on one prefix, every request in flight for 6 ticks, 2 arrivals a tick:
+    affinity alone would pile everything onto one replica; the guard spills it, and once both
+    hold the prefix, load decides."""
+    p, backends = policy(weight=1.0, slack=4.0), pool()
+    hot = await key(p, tenant(0))
+    cold = [await key(p, tenant(t)) for t in range(1, 11)]
+    active: list[tuple[int, Backend]] = []
+    served = {b.url: 0 for b in backends}
+    for tick in range(300):
+        for _, b in [a for a in active if a[0] == tick]:
+            b.inflight -= 1
+        active = [a for a in active if a[0] > tick]
+        for i in range(2):
+            k = cold[(tick + i) % 10] if (tick * 2 + i) % 5 == 0 else hot  # 80 % hot
+            b = p.choose(backends, k).backend
+            b.inflight += 1
+            served[b.url] += 1
+            active.append((tick + 6, b))
+    counts = sorted(served.values())
+    assert counts[1] / counts[0] <= 1.5, served

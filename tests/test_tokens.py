@@ -50,3 +50,13 @@ async def test_auto_counter_discovers_the_local_tokenizer(vllm, tmp_path):
     assert auto.source == "local"
     count = auto.count_sync()
     assert count is not None and count("hi there") == await auto.count_text("tiny", "hi there") == 3
+
+
+async def test_local_and_remote_ids_agree_and_count_the_same(vllm):
+    local, far = load_local(str(vllm.model_dir)), remote(vllm)
+    for msgs in CHATS:
+        ids = await local.encode_chat("tiny", msgs)
+        assert ids == await far.encode_chat("tiny", msgs)
+        assert len(ids) == await local.count_chat("tiny", msgs)
+    for text in TEXTS:
+        assert await local.encode_text("tiny", text) == await far.encode_text("tiny", text)

@@ -35,6 +35,7 @@ class Reported:
         self.held: Counter[int] = Counter()  # our hash -> how many vLLM blocks carry it
         self.recent = BlockSet(RECENT_BLOCKS)
         self.last_seq: int | None = None
+        self.warned = False
 
     def matched(self, hashes: Sequence[int]) -> int:
         n = 0
@@ -50,8 +51,10 @@ class Reported:
     def stored(self, vllm_hashes: Sequence[object], parent: object, tokens: Sequence[int],
                block_size: int) -> None:
         if block_size != self.block_size:
-            log.warning("vLLM reports %d-token blocks, PROXY_ROUTING_BLOCK_SIZE is %d",
-                        block_size, self.block_size)
+            if not self.warned:
+                self.warned = True
+                log.warning("vLLM reports %d-token blocks, PROXY_ROUTING_BLOCK_SIZE is %d: "
+                            "its events are ignored", block_size, self.block_size)
             return
         prev = 0 if parent is None else self.ours.get(parent)
         if prev is None:  # its parent was never reported to us: cannot place the chain
@@ -101,6 +104,12 @@ class KvEvents(Prefix):
     def __init__(self, block_size: int, guard: LoadGuard, endpoints: dict[str, str],
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(block_size, RECENT_BLOCKS, guard, clock)
+        try:  # fail at start, not in a background task
+            import msgspec  # noqa: F401
+            import zmq  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeError("PROXY_ROUTING=kv-events needs pyzmq and msgspec: pip install "
+                               "'vllm-smart-proxy[kv-events]'") from exc
         self.endpoints = endpoints  # upstream URL -> its vLLM's ZMQ publisher
         self.reported = {url: Reported(block_size) for url in endpoints}
 
@@ -129,6 +138,9 @@ class KvEvents(Prefix):
                     reported.apply(int.from_bytes(parts[1], "big"), decode(parts[2]))
                 except (msgspec.DecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
                     log.warning("kv events from %s: undecodable batch (%s)", url, exc)
+        except zmq.ZMQError:
+            log.exception("kv events from %s: the subscription failed; routing on what this "
+                          "proxy sent there only", url)
         finally:
             sock.close(linger=0)
             ctx.term()
