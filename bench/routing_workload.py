@@ -33,7 +33,7 @@ def rows(tenants: int, prefix_words: int, question_words: int, n: int, hot: floa
     for i in range(n):
         t = 0 if rng.random() < hot else rng.randrange(tenants)
         question = f"Question {i}: " + " ".join(rng.choices(WORDS, k=question_words)) + "?"
-        out.append({"id": f"t{t}-{i}", "conversations": [
+        out.append({"id": f"t{t}-{i}", "user": f"tenant-{t}", "conversations": [
             {"from": "human", "value": prompts[t] + "\n\n" + question},
             {"from": "gpt", "value": " ".join(rng.choices(WORDS, k=64))}]})
     return out

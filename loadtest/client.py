@@ -98,6 +98,8 @@ class Client:
             b["stream_options"] = {"include_usage": True}
         if req.ignore_eos:
             b["ignore_eos"] = True
+        if req.user is not None:
+            b["user"] = req.user
         if self.cfg.temperature is not None:
             b["temperature"] = self.cfg.temperature
         b.update(self.cfg.extra_body)

@@ -15,6 +15,7 @@ class Request:
     ignore_eos: bool = False
     canonical_id: str | None = None  # cache workload: which question this really is
     kind: str = ""                   # cache workload: new / repeat / paraphrase / near_miss
+    user: str | None = None          # sent as the body's `user` (a ShareGPT row's own `user`)
 
 
 @dataclass(frozen=True)

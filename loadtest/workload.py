@@ -96,7 +96,9 @@ def prefix_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Reques
         yield Request(i, prompt, cfg.output_len, plen, cfg.ignore_eos)
 
 
-def load_sharegpt(path: str) -> list[tuple[str, str]]:
+def load_sharegpt(path: str) -> list[tuple[str, str, str | None]]:
+    """(prompt, answer, user) per row with two turns; a row's optional `user` (a tenant or
+    session id) is sent as the body's `user`, so session routing can be measured."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"ShareGPT file not found: {path}")
@@ -104,7 +106,8 @@ def load_sharegpt(path: str) -> list[tuple[str, str]]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from e
-    pairs = [(str(d["conversations"][0]["value"]), str(d["conversations"][1]["value"]))
+    pairs = [(str(d["conversations"][0]["value"]), str(d["conversations"][1]["value"]),
+              None if d.get("user") is None else str(d["user"]))
              for d in data if isinstance(d, dict) and len(d.get("conversations", [])) >= 2]
     if not pairs:
         raise ValueError(f"{path} has no conversation with at least two turns")
@@ -114,22 +117,22 @@ def load_sharegpt(path: str) -> list[tuple[str, str]]:
 def sharegpt_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
     if not cfg.dataset_path:
         raise ValueError("--workload sharegpt needs --dataset-path FILE.json")
-    rows: list[tuple[str, int | None, int]] = []
-    for prompt, answer in load_sharegpt(cfg.dataset_path):
+    rows: list[tuple[str, int | None, int, str | None]] = []
+    for prompt, answer, user in load_sharegpt(cfg.dataset_path):
         if tok is not None:
             plen, olen = len(tok.encode(prompt)), len(tok.encode(answer))
             if plen < 4 or olen < 4 or plen > 1024 or plen + olen > 2048:  # as vLLM filters
                 continue
-            rows.append((prompt, plen, olen))
+            rows.append((prompt, plen, olen, user))
         else:
-            rows.append((prompt, None, max(4, round(len(answer.split()) * 1.3))))
+            rows.append((prompt, None, max(4, round(len(answer.split()) * 1.3)), user))
     if not rows:
         raise ValueError(f"{cfg.dataset_path}: no conversation passes the length filter")
     order = np.random.default_rng(cfg.seed).permutation(len(rows)).tolist()
     for i, j in enumerate(itertools.cycle(order)):
-        prompt, plen, olen = rows[j]
+        prompt, plen, olen, user = rows[j]
         yield Request(i, prompt, cfg.output_len if cfg.output_len > 0 else olen, plen,
-                      cfg.ignore_eos)
+                      cfg.ignore_eos, user=user)
 
 
 def stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:

@@ -47,6 +47,22 @@ def test_sharegpt(tmp_path):
     reqs = take(WorkloadConfig(name="sharegpt", dataset_path=str(f), output_len=0), 12)
     assert {r.prompt for r in reqs} == {f"question {i} " * 3 for i in range(5)}  # cycles
     assert all(r.max_tokens >= 5 for r in reqs)
+    assert all(r.user is None for r in reqs)
+
+
+def test_sharegpt_rows_carry_their_user_into_the_body(tmp_path):
+    from loadtest.client import Client, ClientConfig
+
+    data = [{"user": f"tenant-{i % 2}", "conversations": [
+        {"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "an answer"}]}
+        for i in range(4)]
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps(data))
+    reqs = take(WorkloadConfig(name="sharegpt", dataset_path=str(f), output_len=0), 4)
+    assert {r.prompt.split()[1]: r.user for r in reqs} == {
+        "0": "tenant-0", "1": "tenant-1", "2": "tenant-0", "3": "tenant-1"}
+    body = json.loads(Client(ClientConfig(base_url="http://x", model="m"), None).body(reqs[0]))
+    assert body["user"] == reqs[0].user
 
 
 def test_bad_workload_settings_fail_early(tmp_path):
