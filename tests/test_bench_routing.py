@@ -41,3 +41,20 @@ def test_report_gives_intervals_hit_rates_imbalance_and_ratios(tmp_path):
         in text
     assert json.loads((tmp_path / "summary.json").read_text())["tenants/prefix"]["imbalance"] \
         == 1.5
+
+
+def test_pooled_ratio_reads_per_request_files(tmp_path, capsys):
+    import gzip
+
+    from bench.routing_pooled import main
+
+    for policy, ttft in (("least-loaded", 0.2), ("prefix", 0.1)):
+        for run in range(2):
+            with gzip.open(tmp_path / f"tenants-{policy}-{run}.requests.jsonl.gz", "wt") as f:
+                for i in range(50):
+                    f.write(json.dumps({"success": True, "ttft": ttft * (1 + i / 100)}) + "\n")
+                f.write(json.dumps({"success": False, "ttft": 99.0}) + "\n")
+    assert main([str(tmp_path), "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "tenants: TTFT p90 least-loaded/prefix = 2.00x [2.00-2.00]" in out
+    assert "session" not in out
