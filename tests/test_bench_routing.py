@@ -56,5 +56,6 @@ def test_pooled_ratio_reads_per_request_files(tmp_path, capsys):
                 f.write(json.dumps({"success": False, "ttft": 99.0}) + "\n")
     assert main([str(tmp_path), "--resamples", "50"]) == 0
     out = capsys.readouterr().out
-    assert "tenants: TTFT p90 least-loaded/prefix = 2.00x [2.00-2.00]" in out
+    assert "tenants: TTFT p90 least-loaded/prefix = 2.00x [" in out
+    assert "(runs: least-loaded 288.2, 288.2 ms; prefix 144.1, 144.1 ms)" in out
     assert "session" not in out
