@@ -40,3 +40,18 @@ async def test_poll_fills_the_backend_and_counts_failures():
     assert down.polled_until == 0.0
     assert 'proxy_routing_poll_errors_total{upstream="http://down:2"} 1.0' in \
         metrics.render().decode()
+
+
+async def test_a_non_200_metrics_page_is_a_failed_poll_and_keeps_the_old_load():
+    async def answer(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        return FakeReply(503, TEXT.encode())
+
+    balancer = Balancer(("http://busy:1",), backoff=1)
+    metrics = Metrics()
+    poller = LoadPoller(FakeTransport(answer), balancer, metrics, interval=1.0,
+                        clock=lambda: 100.0)
+    (b,) = balancer.backends
+    await poller.poll(b)
+    assert (b.running, b.polled_until) == (0.0, 0.0)
+    assert 'proxy_routing_poll_errors_total{upstream="http://busy:1"} 1.0' in \
+        metrics.render().decode()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.balancer import Balancer
-from proxy.errors import BadGateway, UpstreamError
+from proxy.errors import UpstreamError
 from proxy.metrics import Metrics
 from proxy.routing.backend import Backend
 from proxy.transport import Transport
@@ -62,6 +62,10 @@ class LoadPoller:
         self.interval = interval
         self.clock = clock
 
+    def _failed(self, backend: Backend, why: str) -> None:
+        self.metrics.routing_poll_errors.labels(backend.url).inc()
+        log.debug("load poll of %s failed: %s", backend.url, why)
+
     async def poll(self, backend: Backend) -> None:
         try:
             reply = await self.transport.request("GET", backend.url + "/metrics", None, {},
@@ -70,11 +74,11 @@ class LoadPoller:
                 body = await reply.read()
             finally:
                 reply.close()
-            if reply.status != 200:
-                raise BadGateway(f"/metrics answered {reply.status}")
         except UpstreamError as exc:
-            self.metrics.routing_poll_errors.labels(backend.url).inc()
-            log.debug("load poll of %s failed: %s", backend.url, type(exc).__name__)
+            self._failed(backend, type(exc).__name__)
+            return
+        if reply.status != 200:
+            self._failed(backend, f"/metrics answered {reply.status}")
             return
         load = parse_load(body.decode("utf-8", "replace"))
         backend.running, backend.waiting, backend.kv_usage = (
