@@ -48,6 +48,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
     s.add_argument("--max-concurrency", type=int, default=None)
     s.add_argument("--warmup", type=int, default=0, help="warm-up requests, not measured")
+    s.add_argument("--workers", default="1", metavar="N|auto",
+                   help="client processes sharing one schedule (auto: by the expected chunk "
+                        "rate, at most half the cores)")
     s.add_argument("--repeats", type=int, default=1,
                    help="run the same seeded workload K times: means with 95%% intervals")
     o = p.add_argument_group("output")
@@ -140,6 +143,12 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     need(a.burstiness > 0, "--burstiness must be > 0")
     need(a.max_concurrency is None or a.max_concurrency > 0, "--max-concurrency must be > 0")
     need(a.warmup >= 0, "--warmup must be >= 0")
+    need(a.workers == "auto" or (a.workers.isdigit() and 1 <= int(a.workers) <= 256),
+         f"--workers {a.workers!r}: expected auto or a number in 1..256")
+    need(a.workers in ("1", "auto") or a.num_prompts is not None or a.duration is None
+         or not math.isinf(a.request_rate),
+         "--workers > 1 with --duration needs a finite --request-rate "
+         "(a closed-loop duration run has no schedule to shard)")
     need(1 <= a.repeats <= 100, "--repeats must be in 1..100")
     need(a.input_len > 0 and a.output_len > 0, "--input-len and --output-len must be > 0")
     need(0 <= a.range_ratio < 1, "--range-ratio must be in [0, 1)")

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -39,7 +39,7 @@ class RunOutput:
     selfcheck: SelfCheck = field(default_factory=SelfCheck)
 
 
-def _progress(cfg: RunConfig) -> Progress:
+def progress_bar(cfg: RunConfig) -> Progress:
     return Progress(TextColumn("[bold]loadtest"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True),
                     disable=not cfg.progress, transient=True)
@@ -55,7 +55,12 @@ async def warm_up(client: Client, n: int, concurrency: int | None, max_tokens: i
     await asyncio.gather(*(one(r) for r in warmup_requests(n, max_tokens)))
 
 
-async def run(client: Client, requests: Iterator[Request], cfg: RunConfig) -> RunOutput:
+async def run(client: Client, requests: Iterator[Request], cfg: RunConfig,
+              when: Iterable[float] | None = None, start_at: float | None = None,
+              on_done: Callable[[], None] | None = None) -> RunOutput:
+    """One process's run. A worker of a sharded run (workers.py) passes its share of the
+    schedule (`when`), the common start (`start_at`, a perf_counter time: CLOCK_MONOTONIC, the
+    same in every process) and `on_done` for the parent's progress bar."""
     if cfg.num_prompts is None and cfg.duration is None:
         raise ValueError("give --num-prompts or --duration")
     if cfg.warmup:
@@ -69,9 +74,10 @@ async def run(client: Client, requests: Iterator[Request], cfg: RunConfig) -> Ru
     results: list[Result] = []
     tasks: set[asyncio.Task[None]] = set()
     reqs = itertools.islice(requests, cfg.num_prompts) if cfg.num_prompts else requests
-    when = schedule.offsets(cfg.request_rate, cfg.burstiness, cfg.seed, cfg.num_prompts)
+    if when is None:
+        when = schedule.offsets(cfg.request_rate, cfg.burstiness, cfg.seed, cfg.num_prompts)
 
-    with _progress(cfg) as bar:
+    with progress_bar(cfg) as bar:
         task_id = bar.add_task("run", total=cfg.num_prompts)
 
         async def one(req: Request, scheduled: float, slot: float, late: float) -> None:
@@ -84,8 +90,13 @@ async def run(client: Client, requests: Iterator[Request], cfg: RunConfig) -> Ru
                 if sem is not None:
                     sem.release()
                 bar.advance(task_id)
+                if on_done is not None:
+                    on_done()
 
-        cpu0, t0 = time.process_time(), time.perf_counter()
+        if start_at is not None:
+            await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+        cpu0 = time.process_time()
+        t0 = time.perf_counter() if start_at is None else start_at
         free = t0  # when the dispatcher last got a slot: lateness before that is queueing
         for req, offset in zip(reqs, when, strict=False):
             if cfg.duration is not None and offset >= cfg.duration:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,11 @@ from typing import Any
 import httpx
 import orjson
 
-from loadtest import cachestats, ci, report, stats, workload
+from loadtest import cachestats, ci, report, stats, workers, workload
 from loadtest.client import Client, ClientConfig
 from loadtest.metrics_scrape import Scraper, referee
 from loadtest.request import WorkloadConfig
-from loadtest.runner import RunConfig, RunOutput, run
+from loadtest.runner import RunConfig, RunOutput, run, warm_up
 from loadtest.tokens import HFTokenizer, Tokenizer
 
 
@@ -97,15 +98,25 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
     model = a.model or first_model(target)
     requests = workload.stream(p.workload, tok)
     conc = p.run.max_concurrency
-    client = Client(client_config(a, target, model), conc, tok)
+    n = workers.resolve(a.workers, p.run.request_rate, conc, p.workload.output_len)
+    cfg = client_config(a, target, model)
+    client = Client(cfg, conc, tok)
     scraper = Scraper(scrape_urls(a, target))
     try:
+        if n > 1:
+            first = next(requests)
+            await warm_up(client, p.run.warmup, conc, first.max_tokens)
+            requests = itertools.chain([first], requests)
         await scraper.start()
-        out = await run(client, requests, p.run)
+        if n > 1:
+            out, n = await workers.run_workers(requests, p.run, cfg, a.tokenizer, n)
+        else:
+            out = await run(client, requests, p.run)
         server = await scraper.stop()
     finally:
         await client.aclose()
     res = result_dict(a, target, model, p, out)
+    res["client_workers"] = n
     res["server_metrics"] = server
     res["referee"] = referee(res)
     res["selfcheck"]["warnings"] += res["referee"]

@@ -1,0 +1,82 @@
+"""--workers: one schedule dealt over client processes, merged into one result."""
+
+import json
+import math
+
+import pytest
+
+from loadtest.cli import main
+from loadtest.client import ClientConfig
+from loadtest.request import Request
+from loadtest.runner import RunConfig
+from loadtest.workers import materialise, resolve, shards
+from tests.test_loadtest_mock import mock_server
+
+
+def reqs(n: int) -> list[Request]:
+    return [Request(i, f"prompt {i}", 4) for i in range(n)]
+
+
+def test_auto_follows_the_expected_chunk_rate_and_the_cores():
+    assert resolve("3", math.inf, None, 64) == 3
+    assert resolve("auto", 10, None, 64, cores=16) == 1           # 640 chunks/s
+    assert resolve("auto", 100, None, 400, cores=16) == 7         # 40k chunks/s
+    assert resolve("auto", 1000, None, 400, cores=16) == 8        # half the cores at most
+    assert resolve("auto", math.inf, 250, 400, cores=16) == 5     # closed loop: ~100/s a slot
+    assert resolve("auto", 1000, None, 400, cores=1) == 1
+
+
+def test_shards_deal_round_robin_and_split_the_concurrency_cap():
+    cfg = RunConfig(num_prompts=10, max_concurrency=7, warmup=3, progress=True)
+    parts = shards(reqs(10), [i / 10 for i in range(10)], cfg,
+                   ClientConfig(base_url="http://x", model="m"), None, 3)
+    assert [[r.index for r in s.requests] for s in parts] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert [s.offsets for s in parts][1] == [0.1, 0.4, 0.7]
+    assert [s.run.max_concurrency for s in parts] == [3, 2, 2]
+    assert all(s.run.warmup == 0 and not s.run.progress for s in parts)
+    assert [s.run.num_prompts for s in parts] == [4, 3, 3]
+    # never more processes than slots or requests
+    assert len(shards(reqs(10), [0.0] * 10, RunConfig(max_concurrency=2),
+                      ClientConfig(base_url="http://x", model="m"), None, 8)) == 2
+    assert len(shards(reqs(2), [0.0] * 2, RunConfig(),
+                      ClientConfig(base_url="http://x", model="m"), None, 8)) == 2
+
+
+def test_the_schedule_is_drawn_once_and_cut_at_the_duration():
+    cfg = RunConfig(num_prompts=None, duration=2.0, request_rate=50.0, seed=1)
+    got, offs = materialise(iter(reqs(1000)), cfg)
+    assert 60 < len(got) < 140 and max(offs) < 2.0 and offs == sorted(offs)
+    assert materialise(iter(reqs(1000)), cfg)[1] == offs                 # seeded
+    with pytest.raises(ValueError, match="finite --request-rate"):
+        materialise(iter(reqs(10)), RunConfig(num_prompts=None, duration=2.0))
+
+
+def test_cli_refuses_a_closed_loop_duration_run_over_workers(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--target", "http://x", "--workers", "2", "--duration", "5"])
+    assert "finite --request-rate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--target", "http://x", "--workers", "0"])
+
+
+def test_one_and_three_workers_send_the_same_schedule_and_merge_every_record(tmp_path):
+    runs = {}
+    with mock_server("--ttft-ms", "20", "--itl-ms", "5", "--output-tokens", "8") as url:
+        for n in (1, 3):
+            out = tmp_path / f"w{n}.json"
+            assert main(["run", "--target", url, "--model", "mock", "--num-prompts", "30",
+                         "--request-rate", "40", "--output-len", "8", "--max-concurrency", "9",
+                         "--workers", str(n), "--warmup", "2", "--seed", "3", "--no-progress",
+                         "--no-scrape", "--json", str(out)]) == 0
+            res = json.loads(out.read_text())
+            rows = [json.loads(x) for x in
+                    (tmp_path / f"w{n}.requests.jsonl").read_text().splitlines()]
+            runs[n] = (res, rows)
+    (one, rows1), (three, rows3) = runs[1], runs[3]
+    assert one["client_workers"] == 1 and three["client_workers"] == 3
+    assert one["completed"] == three["completed"] == 30 and three["failed"] == 0
+    assert [r["index"] for r in rows3] == list(range(30))
+    # the same arrival times, to the microsecond: one schedule, dealt out
+    assert [round(r["scheduled"], 6) for r in rows1] == [round(r["scheduled"], 6) for r in rows3]
+    assert sum(r["output_tokens"] for r in rows3) == 30 * 8
+    assert three["selfcheck"]["client_cpu_util"] > 0
