@@ -96,6 +96,8 @@ def parser() -> argparse.ArgumentParser:
                       help="capacity model: answers generating at once (0: unlimited)")
     mock.add_argument("--itl-growth", type=float, default=0.0,
                       help="capacity model: each token costs itl*(1+G*(running-1))")
+    mock.add_argument("--reuse-port", action="store_true",
+                      help="let several mock processes share --port (SO_REUSEPORT)")
     sweep = sub.add_parser("sweep", help="request-rate ladder to saturation; SLO bisection")
     sweep.add_argument("--target", required=True, help="base URL")
     sweep.add_argument("--rates", default=None, metavar="R1,R2,...",
@@ -183,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.command == "mock":
         from loadtest.mock import serve
         serve(a.host, a.port, a.ttft_ms / 1000, a.itl_ms / 1000, a.output_tokens,
-              a.cache == "exact", a.max_batch, a.itl_growth)
+              a.cache == "exact", a.max_batch, a.itl_growth, a.reuse_port)
         return 0
     try:
         if a.command == "run":

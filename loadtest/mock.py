@@ -206,17 +206,21 @@ class Conn(asyncio.Protocol):
             t.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
 
 
-async def start(server: MockServer, host: str = "127.0.0.1", port: int = 0
-                ) -> asyncio.Server:
+async def start(server: MockServer, host: str = "127.0.0.1", port: int = 0,
+                reuse_port: bool = False) -> asyncio.Server:
+    """reuse_port: several mock processes can listen on one port (the kernel spreads the
+    connections), so the mock is not the bottleneck of a many-process client."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: Conn(server), host, port, backlog=4096)
+    return await loop.create_server(lambda: Conn(server), host, port, backlog=4096,
+                                    reuse_port=reuse_port or None)
 
 
 def serve(host: str, port: int, ttft: float, itl: float, output_tokens: int | None,
-          cache: bool, max_batch: int = 0, itl_growth: float = 0.0) -> None:
+          cache: bool, max_batch: int = 0, itl_growth: float = 0.0,
+          reuse_port: bool = False) -> None:
     async def main() -> None:
         srv = await start(MockServer(ttft, itl, output_tokens, cache, max_batch, itl_growth),
-                          host, port)
+                          host, port, reuse_port)
         print(f"mock OpenAI server on http://{host}:{port} (ttft {ttft * 1000:g} ms, "
               f"itl {itl * 1000:g} ms)", flush=True)
         async with srv:
