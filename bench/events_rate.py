@@ -68,12 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--itl-ms", type=float, default=10.0)
     p.add_argument("--output-tokens", type=int, default=200)
     p.add_argument("--num-prompts", type=int, default=3000)
+    p.add_argument("--cores", default=None, metavar="FIRST-LAST",
+                   help="the cores to use (default: all); the mocks get the first ones")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
-    cores = os.cpu_count() or 2
+    first, last = (map(int, a.cores.split("-")) if a.cores
+                   else (0, (os.cpu_count() or 2) - 1))
+    cores = last - first + 1
     split = min(a.mock_processes, cores // 2)
-    mock_cores = f"0-{split - 1}" if cores >= 4 else None
-    client_cores = f"{split}-{cores - 1}" if cores >= 4 else None
+    mock_cores = f"{first}-{first + split - 1}" if cores >= 4 else None
+    client_cores = f"{first + split}-{last}" if cores >= 4 else None
     port = free_port()
     mocks = mock_processes(a.mock_processes, port, a, mock_cores)
     rows = []
