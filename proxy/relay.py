@@ -49,15 +49,17 @@ def _process(events: bytes, outcome: StreamOutcome, acc: Accumulator | None,
         if not ev:
             continue
         if ev.startswith(b"data: ") and ev[6:7] == b"{":
+            if acc is not None:
+                acc.add_raw(ev[6:])
+            if _USAGE not in ev:
+                kept.append(ev)
+                continue
             obj = orjson.loads(ev[6:])
-            if isinstance(obj, dict):
-                if acc is not None:
-                    acc.add(obj)
-                if obj.get("usage"):
-                    outcome.usage = obj["usage"]
-                    if drop_usage and not obj.get("choices"):
-                        dropped = True
-                        continue
+            if isinstance(obj, dict) and obj.get("usage"):
+                outcome.usage = obj["usage"]
+                if drop_usage and not obj.get("choices"):
+                    dropped = True
+                    continue
         kept.append(ev)
     if not dropped:
         return events

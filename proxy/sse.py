@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from proxy.types import Completion, Kind
+from proxy.types import Completion, Events, Kind
 
 DONE = b"data: [DONE]\n\n"
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
@@ -48,6 +48,26 @@ class Accumulator:
         self.usage: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
         self.failed = False  # an error event, or something we cannot replay (tool calls)
+        self.raw: list[bytes] = []  # data payloads not parsed yet (see add_raw)
+
+    def add_raw(self, payload: bytes) -> None:
+        """One event's JSON, kept as it came: the relay passes chunks on without parsing them
+        for the cache; completion() parses them all in one call at the end (the same total
+        work, bench/relay_cost.py, but none of it between two chunks of a live stream)."""
+        self.raw.append(payload)
+
+    def _fold_raw(self) -> None:
+        if not self.raw:
+            return
+        raw, self.raw = self.raw, []
+        try:
+            objs = orjson.loads(b"[" + b",".join(raw) + b"]")
+        except orjson.JSONDecodeError:
+            self.failed = True
+            return
+        for obj in objs:
+            if isinstance(obj, dict):
+                self.add(obj)
 
     def add(self, obj: dict[str, Any]) -> None:
         if "error" in obj:
@@ -86,6 +106,7 @@ class Accumulator:
             self.stop_reason[i] = choice.get("stop_reason")
 
     def completion(self) -> Completion | None:
+        self._fold_raw()
         if self.failed or not self.texts or len(self.finish) < len(self.texts):
             return None
         choices = [self._folded(i) for i in sorted(self.texts)]
@@ -97,7 +118,7 @@ class Accumulator:
             else "text_completion", "choices": choices,
             **{k: self.top.get(k) for k in _TOP_NULLS[self.kind]}, "usage": usage}
         pieces = tuple(self.texts[min(self.texts)])
-        return Completion(body=body, pieces=pieces, events=tuple(self.events))
+        return Completion(body=body, pieces=pieces, events=orjson.dumps(self.events))
 
     def _folded(self, i: int) -> dict[str, Any]:
         text = "".join(self.texts[i])
@@ -116,7 +137,7 @@ def pieces_of(text: str) -> list[str]:
 
 
 def replay(kind: Kind, answer: dict[str, Any], include_usage: bool,
-           events: tuple[dict[str, Any], ...] | None = None) -> Iterator[bytes]:
+           events: Events | None = None) -> Iterator[bytes]:
     """A cached answer as a stream: vLLM's own chunks when it was stored from a stream (new id
     and created), else chunks shaped as vLLM's (the text re-split at word boundaries: a JSON
     answer does not say where its tokens were)."""
@@ -125,13 +146,13 @@ def replay(kind: Kind, answer: dict[str, Any], include_usage: bool,
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time())}
     if events is not None:
-        yield from _replayed(head, events, include_usage)
+        yield from _replayed(head, orjson.loads(events), include_usage)
         return
     yield from _synthesized(chat, {**head, "model": answer.get("model")}, answer,
                             include_usage)
 
 
-def _replayed(head: dict[str, Any], events: tuple[dict[str, Any], ...],
+def _replayed(head: dict[str, Any], events: list[dict[str, Any]],
               include_usage: bool) -> Iterator[bytes]:
     # The proxy always asks vLLM for the usage chunk. Without include_usage vLLM puts
     # system_fingerprint on the last content chunk instead: move it there when dropping usage.

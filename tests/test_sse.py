@@ -37,7 +37,8 @@ def test_chat_replay_is_a_valid_stream_that_folds_back():
     assert choice["stop_reason"] is None and choice["message"]["refusal"] is None
     assert {k: done.body["usage"][k] for k in ANSWER["usage"]} == ANSWER["usage"]
     assert len(done.pieces or ()) == 3
-    assert done.events is not None and len(done.events) == len(chunks)
+    assert done.events is not None and len(orjson.loads(done.events)) == len(chunks)
+    assert all("id" not in e and "created" not in e for e in orjson.loads(done.events))
 
 
 def test_a_streamed_replay_is_the_stored_stream():
@@ -45,11 +46,11 @@ def test_a_streamed_replay_is_the_stored_stream():
         {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop", "stop_reason": None}]},
               {"object": "chat.completion.chunk", "model": "m", "choices": [],
                "usage": {"completion_tokens": 1}, "system_fingerprint": "fp"})
-    with_usage = parse(replay("chat", ANSWER, True, events))
+    with_usage = parse(replay("chat", ANSWER, True, orjson.dumps(events)))
     assert [{k: v for k, v in c.items() if k not in ("id", "created")}
             for c in with_usage] == list(events)
     assert len({c["id"] for c in with_usage}) == 1
-    without = parse(replay("chat", ANSWER, False, events))
+    without = parse(replay("chat", ANSWER, False, orjson.dumps(events)))
     assert len(without) == 1 and without[0]["system_fingerprint"] == "fp"
 
 
@@ -73,3 +74,16 @@ def test_accumulator_refuses_incomplete_or_failed_streams():
     tools = Accumulator("chat")
     tools.add({"choices": [{"index": 0, "delta": {"tool_calls": [{}]}, "finish_reason": "stop"}]})
     assert tools.completion() is None
+
+
+def test_a_stored_stream_is_one_object_for_the_garbage_collector():
+    import gc
+
+    acc = Accumulator("chat")
+    for i in range(50):
+        acc.add_raw(orjson.dumps({"id": "x", "created": 1, "object": "chat.completion.chunk",
+                                  "choices": [{"index": 0, "delta": {"content": f" w{i}"},
+                                               "finish_reason": "length" if i == 49 else None}]}))
+    done = acc.completion()
+    assert done is not None and isinstance(done.events, bytes)
+    assert not gc.is_tracked(done.events) and len(orjson.loads(done.events)) == 50

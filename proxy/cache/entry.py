@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from proxy.types import TextCounter
+from proxy.types import Events, TextCounter
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class Entry:
     answer: dict[str, Any]
     pieces: tuple[str, ...] | None = None
     vector: bytes | None = None  # float32, normalized; None = exact tier only
-    events: tuple[dict[str, Any], ...] | None = None  # vLLM's stream chunks (sse.py)
+    events: Events | None = None  # vLLM's stream chunks, one JSON array (types.Events)
     created: float = field(default_factory=time.time)
     id: int = 0
 
@@ -53,7 +53,7 @@ class Entry:
             "kind": self.kind, "text": self.text, "max_tokens": self.max_tokens,
             "answer": self.answer, "pieces": self.pieces, "created": self.created,
             "id": self.id, "vector": self.vector.hex() if self.vector else None,
-            "events": self.events})
+            "events": None if self.events is None else orjson.Fragment(self.events)})
 
     @staticmethod
     def from_json(raw: bytes | str) -> Entry:
@@ -64,7 +64,7 @@ class Entry:
                      answer=d["answer"], pieces=tuple(pieces) if pieces is not None else None,
                      vector=bytes.fromhex(d["vector"]) if d.get("vector") else None,
                      created=float(d.get("created", 0.0)), id=int(d.get("id", 0)),
-                     events=tuple(d["events"]) if d.get("events") else None)
+                     events=orjson.dumps(d["events"]) if d.get("events") else None)
 
 
 def storable(answer: dict[str, Any]) -> bool:
@@ -134,7 +134,7 @@ def better(new: Entry, old: Entry) -> bool:
     return (new.max_tokens or 0) >= (old.max_tokens or 0)
 
 
-def replayable(entry: Entry, answer: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
+def replayable(entry: Entry, answer: dict[str, Any]) -> Events | None:
     """vLLM's own stream chunks, when `answer` is the entry's whole answer (not a cut)."""
     if entry.events is None or answer["choices"][0].get("finish_reason") != \
             entry.finish_reason or answer.get("usage") != entry.answer.get("usage"):
