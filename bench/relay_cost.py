@@ -29,9 +29,9 @@ from proxy.sse import Accumulator
 
 def chunks(n: int) -> list[bytes]:
     head = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    out: list[dict[str, Any]] = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                 "logprobs": None, "finish_reason": None}],
-            "prompt_token_ids": None}]
+    first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+             "finish_reason": None}
+    out: list[dict[str, Any]] = [{**head, "choices": [first], "prompt_token_ids": None}]
     out += [{**head, "choices": [{"index": 0, "delta": {"content": f" word{i}"},
                                   "logprobs": None, "finish_reason": None,
                                   "token_ids": None}]} for i in range(n - 1)]
