@@ -19,6 +19,7 @@ every run by the load tester (`--backend-url`).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import statistics
@@ -76,7 +77,10 @@ def run_one(a: argparse.Namespace, target: str, url: str, backend: str, repeat: 
 def window(a: argparse.Namespace, path: Path) -> dict[str, Any]:
     """Stats of the requests sent inside [warm_s, warm_s + window_s), from the per-request file;
     the ramp-up and the drain apart."""
-    rows = [json.loads(x) for x in path.with_suffix(".requests.jsonl").read_text().splitlines()]
+    plain = path.with_suffix(".requests.jsonl")
+    packed = plain.with_suffix(".jsonl.gz")  # as committed: texts stripped, gzipped
+    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    rows = [json.loads(x) for x in text.splitlines()]
     inside = [r for r in rows if a.warm_s <= r["start"] < a.warm_s + a.window_s]
     ok = [r for r in inside if r["success"]]
     ttft = sorted(r["ttft"] * 1000 for r in ok)

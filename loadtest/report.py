@@ -99,11 +99,14 @@ def selfcheck_rows(res: dict[str, Any]) -> list[str]:
     s = res.get("selfcheck")
     if not s:
         return []
-    return [section("Client self-check"), row("Send lag P99 (ms):", s["send_lag_p99_ms"]),
+    rows = [section("Client self-check"), row("Send lag P99 (ms):", s["send_lag_p99_ms"]),
             row("Event-loop lag P99 (ms):", s["loop_lag_p99_ms"]),
             row("Event-loop lag max (ms):", s["loop_lag_max_ms"]),
-            row("Event-loop stalls:", s.get("loop_stalls", 0)),
-            row("Client CPU use (%):", s["client_cpu_util"] * 100)]
+            row("Event-loop stalls:", s.get("loop_stalls", 0))]
+    if s.get("client_processes", 1) > 1:
+        return [*rows, row("Client processes:", s["client_processes"]),
+                row("Client CPU, busiest process (%):", s["client_cpu_util"] * 100)]
+    return [*rows, row("Client CPU use (%):", s["client_cpu_util"] * 100)]
 
 
 def parse_block(text: str) -> dict[str, float | int]:

@@ -52,6 +52,7 @@ class SelfCheck:
     send_lags: list[float] = field(default_factory=list)
     loop_lags: list[float] = field(default_factory=list)
     cpu_s: float = 0.0
+    process_utils: list[float] = field(default_factory=list)  # --workers: each process's CPU
     wall_s: float = 0.0
     closed_loop: bool = False   # no request rate: no schedule to lag, send lag not judged
 
@@ -66,7 +67,11 @@ class SelfCheck:
             "loop_lag_p99_ms": pct(self.loop_lags, 99),
             "loop_lag_max_ms": max(self.loop_lags, default=0.0) * 1000,
             "loop_stalls": sum(lag >= STALL_S for lag in self.loop_lags),
-            "client_cpu_util": self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
+            # the busiest client process (one core each): what says whether a client limits
+            "client_cpu_util": max(self.process_utils) if self.process_utils else (
+                self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0),
+            "client_processes": max(1, len(self.process_utils)),
+            "client_cpu_total": self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
         }
         d["warnings"] = self.warnings(d, self.closed_loop)
         return d

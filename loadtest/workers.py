@@ -125,6 +125,8 @@ def merge(outputs: list[RunOutput], t0: float, closed_loop: bool) -> RunOutput:
         check.send_lags += o.selfcheck.send_lags
         check.loop_lags += o.selfcheck.loop_lags
         check.cpu_s += o.selfcheck.cpu_s
+        wall = o.selfcheck.wall_s
+        check.process_utils.append(o.selfcheck.cpu_s / wall if wall > 0 else 0.0)
     check.wall_s = end - t0
     return RunOutput(results, end - t0, t0, check)
 

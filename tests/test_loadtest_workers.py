@@ -79,4 +79,6 @@ def test_one_and_three_workers_send_the_same_schedule_and_merge_every_record(tmp
     # the same arrival times, to the microsecond: one schedule, dealt out
     assert [round(r["scheduled"], 6) for r in rows1] == [round(r["scheduled"], 6) for r in rows3]
     assert sum(r["output_tokens"] for r in rows3) == 30 * 8
-    assert three["selfcheck"]["client_cpu_util"] > 0
+    check = three["selfcheck"]
+    assert check["client_processes"] == 3 and 0 < check["client_cpu_util"] <= 1.0
+    assert check["client_cpu_total"] >= check["client_cpu_util"]
