@@ -48,6 +48,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson")
     s.add_argument("--max-concurrency", type=int, default=None)
     s.add_argument("--warmup", type=int, default=0, help="warm-up requests, not measured")
+    s.add_argument("--warmup-seconds", type=float, default=0.0,
+                   help="ramp-up: requests sent in the first S seconds are reported apart")
+    s.add_argument("--cooldown-seconds", type=float, default=0.0,
+                   help="drain: requests sent in the last S seconds are reported apart")
     s.add_argument("--workers", default="1", metavar="N|auto",
                    help="client processes sharing one schedule (auto: by the expected chunk "
                         "rate, at most half the cores)")
@@ -145,6 +149,10 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     need(a.burstiness > 0, "--burstiness must be > 0")
     need(a.max_concurrency is None or a.max_concurrency > 0, "--max-concurrency must be > 0")
     need(a.warmup >= 0, "--warmup must be >= 0")
+    need(a.warmup_seconds >= 0 and a.cooldown_seconds >= 0,
+         "--warmup-seconds and --cooldown-seconds must be >= 0")
+    need(a.duration is None or a.warmup_seconds + a.cooldown_seconds < a.duration,
+         "--warmup-seconds + --cooldown-seconds must leave a steady window inside --duration")
     need(a.workers == "auto" or (a.workers.isdigit() and 1 <= int(a.workers) <= 256),
          f"--workers {a.workers!r}: expected auto or a number in 1..256")
     need(a.workers in ("1", "auto") or a.num_prompts is not None or a.duration is None

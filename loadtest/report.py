@@ -41,6 +41,11 @@ def block(res: dict[str, Any], percentile_metrics: Sequence[str],
     if rate != "inf" and not (isinstance(rate, float) and math.isinf(rate)):
         add("Request rate configured (RPS):", float(rate))
     add("Benchmark duration (s):", float(res["duration"]))
+    win = res.get("windows")
+    if win:  # the stats below are the steady window's; ramp-up and drain apart
+        add("Steady window (s):", float(win["steady_s"]))
+        add("Ramp-up requests (apart):", win["ramp"]["completed"] + win["ramp"]["failed"])
+        add("Drain requests (apart):", win["drain"]["completed"] + win["drain"]["failed"])
     add("Total input tokens:", res["total_input_tokens"])
     add("Total generated tokens:", res["total_output_tokens"])
     add("Request throughput (req/s):", float(res["request_throughput"]))

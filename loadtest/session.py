@@ -135,7 +135,16 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
         "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
         "target": target, "workload": a.workload, "seed": a.seed,
     }
-    res.update(stats.summarize(out.results, out.duration, p.percentiles, p.goodput))
+    results, span = out.results, out.duration
+    ramp_s = getattr(a, "warmup_seconds", 0.0)
+    drain_s = getattr(a, "cooldown_seconds", 0.0)
+    if ramp_s or drain_s:
+        sending = a.duration if a.duration is not None else out.duration
+        results, span, apart = stats.windows(out.results, out.t0, sending, ramp_s, drain_s)
+        res["windows"] = {"steady_s": span, "ramp_s": ramp_s, "drain_s": drain_s,
+                          "ramp": stats.summarize(apart["ramp"], ramp_s, p.percentiles),
+                          "drain": stats.summarize(apart["drain"], drain_s, p.percentiles)}
+    res.update(stats.summarize(results, span, p.percentiles, p.goodput))
     if p.run.max_concurrency:
         res.update(stats.queue_stats(out.results, p.percentiles))
     res["cache"] = cachestats.cache_summary(out.results)

@@ -113,3 +113,18 @@ def detail_lists(results: Sequence[Result]) -> dict[str, Any]:
 def queue_stats(results: Sequence[Result], percentiles: Sequence[float]) -> dict[str, float]:
     q = [r.queue_time for r in results if r.success]
     return distribution("client_queue_time", q, percentiles)
+
+
+def windows(results: Sequence[Result], t0: float, duration: float, ramp_s: float,
+            drain_s: float) -> tuple[list[Result], float, dict[str, list[Result]]]:
+    """Split by send time: the ramp-up [0, ramp_s), the steady window, the drain (the last
+    drain_s seconds of sending). Returns the steady requests, the window's length (the
+    throughput denominator) and the other two, reported apart."""
+    end = max(ramp_s, duration - drain_s)
+    steady: list[Result] = []
+    ramp: list[Result] = []
+    drain: list[Result] = []
+    for r in results:
+        at = r.scheduled - t0 if r.scheduled else r.start - t0
+        (ramp if at < ramp_s else steady if at < end else drain).append(r)
+    return steady, end - ramp_s, {"ramp": ramp, "drain": drain}

@@ -82,3 +82,22 @@ def test_one_and_three_workers_send_the_same_schedule_and_merge_every_record(tmp
     check = three["selfcheck"]
     assert check["client_processes"] == 3 and 0 < check["client_cpu_util"] <= 1.0
     assert check["client_cpu_total"] >= check["client_cpu_util"]
+
+
+def test_ramp_up_and_drain_are_reported_apart_from_the_steady_window(tmp_path, capsys):
+    out = tmp_path / "w.json"
+    with mock_server("--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "4") as url:
+        assert main(["run", "--target", url, "--model", "mock", "--request-rate", "40",
+                     "--duration", "3", "--warmup-seconds", "1", "--cooldown-seconds", "0.5",
+                     "--output-len", "4", "--seed", "2", "--workers", "2", "--no-progress",
+                     "--no-scrape", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = [json.loads(x) for x in (tmp_path / "w.requests.jsonl").read_text().splitlines()]
+    sent = [r["scheduled"] for r in rows]
+    win = res["windows"]
+    assert win["steady_s"] == 1.5
+    assert win["ramp"]["completed"] == sum(t < 1.0 for t in sent)
+    assert win["drain"]["completed"] == sum(t >= 2.5 for t in sent)
+    assert res["completed"] == sum(1.0 <= t < 2.5 for t in sent) > 0
+    assert abs(res["request_throughput"] - res["completed"] / 1.5) < 1e-9
+    assert "Steady window (s):" in capsys.readouterr().out
