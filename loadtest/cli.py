@@ -106,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--target", required=True, help="base URL")
     sweep.add_argument("--rates", default=None, metavar="R1,R2,...",
                        help="the ladder (default: --start-rate times --factor^k)")
+    sweep.add_argument("--concurrencies", default=None, metavar="C1,C2,...",
+                       help="a closed-loop concurrency ladder instead of the rate ladder")
     sweep.add_argument("--start-rate", type=float, default=1.0)
     sweep.add_argument("--factor", type=float, default=2.0)
     sweep.add_argument("--max-rate", type=float, default=1024.0)
@@ -201,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             res = run_and_report(a)
             return 0 if res["completed"] > 0 else 1
         if a.command == "sweep":
+            if a.concurrencies:
+                from loadtest.sweep_concurrency import sweep_concurrency
+                sweep_concurrency(a)
+                return 0
             from loadtest.sweep import sweep
             sweep(a)
             return 0

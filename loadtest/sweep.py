@@ -58,6 +58,12 @@ def ladder(a: argparse.Namespace) -> list[float]:
 
 def check_args(a: argparse.Namespace) -> list[str]:
     errors = []
+    if getattr(a, "concurrencies", None):
+        from loadtest.sweep_concurrency import levels
+        try:
+            levels(a.concurrencies)
+        except ValueError as e:
+            errors.append(str(e))
     if a.factor <= 1 or a.start_rate <= 0:
         return ["--factor must be > 1 and --start-rate > 0"]
     try:
@@ -173,7 +179,7 @@ def _bisect(a: argparse.Namespace, slo: dict[str, float], points: list[dict[str,
 
 
 def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
-          goodput: float | None) -> Path:
+          goodput: float | None, xlabel: str = "offered request rate (req/s)") -> Path:
     from loadtest.plots import _plt
 
     plt = _plt()
@@ -181,8 +187,9 @@ def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
     x = [p["offered_rate"] for p in pts]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ax1.plot(x, [p["achieved_rate"] or 0 for p in pts], "o-", label="achieved")
-    ax1.plot(x, x, "--", color="grey", label="offered")
-    ax1.set_xlabel("offered request rate (req/s)")
+    if xlabel.startswith("offered"):
+        ax1.plot(x, x, "--", color="grey", label="offered")
+    ax1.set_xlabel(xlabel)
     ax1.set_ylabel("completed req/s")
     ax1.set_title("Throughput")
     for key, label in (("p99_ttft_ms", "TTFT p99"), ("mean_ttft_ms", "TTFT mean"),
@@ -190,7 +197,7 @@ def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
         ys = [p.get(key) for p in pts]
         if any(v is not None for v in ys):
             ax2.plot(x, [v or 0 for v in ys], "o-", label=label)
-    ax2.set_xlabel("offered request rate (req/s)")
+    ax2.set_xlabel(xlabel)
     ax2.set_ylabel("ms")
     ax2.set_yscale("log")
     ax2.set_title("Latency")

@@ -1,0 +1,94 @@
+"""`loadtest sweep --concurrencies 1,2,4,...`: a closed-loop ladder. Each point keeps C requests
+in flight for --point-duration s; throughput grows with C until the server is full, after
+which more concurrency only queues. A point is saturated when doubling (or whatever step the
+ladder takes) bought less than MIN_GAIN more completed requests per second than the previous
+point, or its mean TTFT grew past 3x the lightest point's; the ladder stops there and the knee
+is the last concurrency before it. With --slo, the highest concurrency that met it is the
+goodput point (integers: bisected between the last good and the first bad point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from loadtest.sweep import TTFT_GROWTH_MAX, Measure, _measure, _plot, meets, parse_slo, point_args
+
+MIN_GAIN = 1.10  # throughput of a point against the previous one's
+
+
+def levels(spec: str) -> list[int]:
+    out = [int(c) for c in spec.split(",") if c]
+    if not out or any(c < 1 for c in out) or out != sorted(set(out)):
+        raise ValueError("--concurrencies: increasing integers >= 1, like 1,2,4,8")
+    return out
+
+
+def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
+    slo = parse_slo(a.slo)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    points: list[dict[str, Any]] = []
+
+    def run(conc: int, phase: str) -> dict[str, Any]:
+        p = point_args(a, math.inf, slo)
+        p.max_concurrency = conc
+        res = measure(p)
+        prev = max((q for q in points if q["concurrency"] < conc),
+                   key=lambda q: q["concurrency"], default=None)
+        base = points[0]["mean_ttft_ms"] if points else None
+        achieved = res.get("request_throughput") or 0.0
+        ttft = res.get("mean_ttft_ms")
+        sat = (res.get("completed", 0) == 0
+               or (prev is not None and achieved < MIN_GAIN * prev["achieved_rate"])
+               or (base is not None and ttft is not None and ttft > TTFT_GROWTH_MAX * base))
+        pt = {"concurrency": conc, "offered_rate": conc, "phase": phase,
+              "achieved_rate": achieved, "mean_ttft_ms": ttft, "saturated": sat,
+              "meets_slo": meets(res, slo),
+              **{k: res.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
+                                         "output_throughput", "completed", "failed")}}
+        points.append(pt)
+        (out / f"point-{len(points):02d}-c{conc}.json").write_text(json.dumps(res, indent=1))
+        print(f"  {phase:6} concurrency {conc:5d}  achieved {achieved:8.2f} req/s  mean TTFT "
+              f"{ttft or 0:8.1f} ms{'  SATURATED' if sat else ''}"
+              f"{'' if not slo else ('  SLO met' if pt['meets_slo'] else '  SLO missed')}",
+              flush=True)
+        return pt
+
+    for conc in levels(a.concurrencies):
+        if run(conc, "ladder")["saturated"]:
+            break
+    ok = [p for p in points if not p["saturated"]]
+    knee = max((p["concurrency"] for p in ok), default=None)
+    goodput = _bisect(slo, points, run) if slo else None
+    summary = {"mode": "concurrency", "points": points, "knee_concurrency": knee,
+               "saturation_concurrency": next(
+                   (p["concurrency"] for p in points if p["saturated"]), None),
+               "slo": slo, "goodput_concurrency": goodput}
+    (out / "sweep.json").write_text(json.dumps(summary, indent=1))
+    png = _plot(points, out / "sweep.png", knee, goodput, "concurrency (requests in flight)")
+    print(f"knee: concurrency {knee}" if knee is not None
+          else "knee: saturated at the first level; start lower", flush=True)
+    if slo:
+        print(f"goodput: highest concurrency meeting the SLO: {goodput}", flush=True)
+    print(f"wrote {out}/sweep.json, {len(points)} point JSONs and {png.name}", flush=True)
+    return summary
+
+
+def _bisect(slo: dict[str, float], points: list[dict[str, Any]], run: Any) -> int | None:
+    good = [p["concurrency"] for p in points if p["meets_slo"]]
+    lo = max(good, default=None)
+    hi = min((p["concurrency"] for p in points
+              if not p["meets_slo"] and (lo is None or p["concurrency"] > lo)), default=None)
+    if lo is None or hi is None:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if run(mid, "bisect")["meets_slo"]:
+            lo = mid
+        else:
+            hi = mid
+    return int(lo)
