@@ -56,10 +56,20 @@ def ladder(a: argparse.Namespace) -> list[float]:
     return rates
 
 
+def levels(spec: str) -> list[int]:
+    """--concurrencies (sweep_concurrency.py): increasing integers >= 1."""
+    try:
+        out = [int(c) for c in spec.split(",") if c]
+    except ValueError:
+        out = []
+    if not out or any(c < 1 for c in out) or out != sorted(set(out)):
+        raise ValueError("--concurrencies: increasing integers >= 1, like 1,2,4,8")
+    return out
+
+
 def check_args(a: argparse.Namespace) -> list[str]:
     errors = []
     if getattr(a, "concurrencies", None):
-        from loadtest.sweep_concurrency import levels
         try:
             levels(a.concurrencies)
         except ValueError as e:

@@ -15,16 +15,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loadtest.sweep import TTFT_GROWTH_MAX, Measure, _measure, _plot, meets, parse_slo, point_args
+from loadtest.sweep import (
+    TTFT_GROWTH_MAX,
+    Measure,
+    _measure,
+    _plot,
+    levels,
+    meets,
+    parse_slo,
+    point_args,
+)
 
 MIN_GAIN = 1.10  # throughput of a point against the previous one's
-
-
-def levels(spec: str) -> list[int]:
-    out = [int(c) for c in spec.split(",") if c]
-    if not out or any(c < 1 for c in out) or out != sorted(set(out)):
-        raise ValueError("--concurrencies: increasing integers >= 1, like 1,2,4,8")
-    return out
 
 
 def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:

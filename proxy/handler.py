@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from proxy.relay import (
     RelayResponse,
     StreamOutcome,
     error_response,
+    followed,
     json_response,
     relay_stream,
     replay_stream,
@@ -157,7 +158,7 @@ class CompletionHandler:
             raise
         trace.cache = result.status
         headers["X-Cache"] = result.status.upper()
-        if result.status == "hit" and result.answer is not None:
+        if result.status == "hit" and (result.answer is not None or result.live is not None):
             if hedge is not None:
                 await hedge.cancel()
             return self._replay(kind, result, stream, openai.wants_usage(body), headers, trace)
@@ -168,14 +169,19 @@ class CompletionHandler:
 
     def _replay(self, kind: Kind, result: CacheResult, stream: bool, usage: bool,
                 headers: dict[str, str], trace: Trace) -> Response:
-        assert result.answer is not None
         headers["X-Cache-Tier"] = result.tier or "exact"
         if result.similarity is not None:
             headers["X-Cache-Similarity"] = f"{result.similarity:.4f}"
         trace.tokens_out = 0
-        if not stream:
+        events: AsyncIterator[bytes]
+        if result.live is not None:  # an identical stream in flight (only streams follow one)
+            events = followed(kind, result.live, usage)
+        elif not stream:
+            assert result.answer is not None
             return json_response(orjson.dumps(result.answer), headers=headers)
-        events = replay_stream(replay(kind, result.answer, usage, result.events))
+        else:
+            assert result.answer is not None
+            events = replay_stream(replay(kind, result.answer, usage, result.events))
         return RelayResponse(events, self._closer(trace, None), headers=_sse(headers),
                              **self._send_limits())
 
@@ -240,6 +246,8 @@ class CompletionHandler:
             headers["X-Upstream"] = trace.upstream
         outcome = StreamOutcome(started=trace.started)
         acc = Accumulator(kind) if ticket is not None else None
+        if acc is not None:
+            acc.on_add = d.cache.share(ticket, acc.raw)
         chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
 
         async def close() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from proxy.types import BYPASS, CacheRequest, CacheResult, Completion
 
 
@@ -13,6 +15,9 @@ class NullCache:
         return None
 
     async def abandon(self, ticket: object) -> None:
+        return None
+
+    def share(self, ticket: object, events: list[bytes]) -> Callable[[], None] | None:
         return None
 
     async def aclose(self) -> None:

@@ -14,9 +14,10 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from proxy.errors import ProxyError
+from proxy.errors import BadGateway, ProxyError
 from proxy.openai import JSON, error_content
-from proxy.sse import Accumulator
+from proxy.sse import DONE, Accumulator, event, reframe, replay_head
+from proxy.types import Kind, LiveStream
 from proxy.upstream import UpstreamStream
 
 _USAGE = b'"usage"'
@@ -132,6 +133,25 @@ class RelayResponse(StreamingResponse):
                 if aclose is not None:
                     await aclose()
                 await self._on_close()
+
+
+async def followed(kind: Kind, live: LiveStream, include_usage: bool) -> AsyncIterator[bytes]:
+    """An identical stream in flight, as this request's own stream (cache/flight.py): each
+    event re-framed as a replay is; an error event if the shared stream did not end well."""
+    head = replay_head(kind)
+    async for payload in live.follow():
+        ev = orjson.loads(payload)
+        if "error" in ev:
+            yield b"data: " + payload + b"\n\n"
+            return
+        if not ev.get("choices") and ev.get("usage") and not include_usage:
+            continue
+        yield event(reframe(head, ev))
+    if live.state == "done":
+        yield DONE
+    else:
+        yield b"data: " + error_content(BadGateway(
+            "the identical request this one followed lost its upstream stream; retry")) + b"\n\n"
 
 
 async def replay_stream(events: Iterable[bytes]) -> AsyncIterator[bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -36,8 +36,9 @@ class Accumulator:
     """Folds parsed stream chunks into a non-streaming body shaped as vLLM's, and keeps the
     chunks themselves (without id/created) so a streamed replay is vLLM's own stream."""
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: Kind, on_add: Callable[[], None] | None = None) -> None:
         self.kind = kind
+        self.on_add = on_add  # a streaming single flight's wake-up (cache/flight.py)
         self.head: dict[str, Any] = {}
         self.top: dict[str, Any] = {}  # system_fingerprint, prompt_token_ids, prompt_text
         self.texts: dict[int, list[str]] = {}
@@ -55,6 +56,8 @@ class Accumulator:
         for the cache; completion() parses them all in one call at the end (the same total
         work, bench/relay_cost.py, but none of it between two chunks of a live stream)."""
         self.raw.append(payload)
+        if self.on_add is not None:
+            self.on_add()
 
     def _fold_raw(self) -> None:
         if not self.raw:
@@ -142,9 +145,7 @@ def replay(kind: Kind, answer: dict[str, Any], include_usage: bool,
     and created), else chunks shaped as vLLM's (the text re-split at word boundaries: a JSON
     answer does not say where its tokens were)."""
     chat = kind == "chat"
-    head = {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time())}
+    head = replay_head(kind)
     if events is not None:
         yield from _replayed(head, orjson.loads(events), include_usage)
         return
@@ -162,11 +163,25 @@ def _replayed(head: dict[str, Any], events: list[dict[str, Any]],
             if out and ev.get("system_fingerprint") is not None:
                 out[-1]["system_fingerprint"] = ev["system_fingerprint"]
             continue
-        out.append({"id": head["id"], "object": ev.get("object", head["object"]),
-                    "created": head["created"], **{k: v for k, v in ev.items() if k != "object"}})
+        out.append(reframe(head, ev))
     for ev in out:
         yield event(ev)
     yield DONE
+
+
+def replay_head(kind: Kind) -> dict[str, Any]:
+    """A replayed or followed stream's own id, object and created."""
+    chat = kind == "chat"
+    return {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time())}
+
+
+def reframe(head: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's chunk under the replay's own id and created (its other fields as they were)."""
+    return {"id": head["id"], "object": ev.get("object", head["object"]),
+            "created": head["created"],
+            **{k: v for k, v in ev.items() if k not in ("object", "id", "created")}}
 
 
 def _synthesized(chat: bool, head: dict[str, Any], answer: dict[str, Any],

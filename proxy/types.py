@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 Kind = Literal["chat", "completions"]
 TextCounter = Callable[[str], int]  # text -> tokens, synchronous (the served model's tokenizer)
 CacheStatus = Literal["hit", "miss", "bypass"]
-CacheTier = Literal["exact", "semantic"]
+CacheTier = Literal["exact", "semantic", "flight"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,15 @@ class CacheRequest:
     # handler starts the upstream call then, so a miss does not wait for the embedding.
     hedge: Callable[[], None] | None = None
     exact_only: bool = False  # skip the semantic tier (X-Cache-Semantic: off, or a setting)
+
+
+class LiveStream(Protocol):
+    """A miss's upstream stream in flight that identical streaming requests follow
+    (cache/flight.py): each event's JSON as it arrives, and how it ended."""
+    @property
+    def state(self) -> str: ...  # live | done | failed
+
+    def follow(self) -> AsyncIterator[bytes]: ...
 
 
 # A stored stream's chunks as one JSON array, kept as bytes: thousands of answers of hundreds
@@ -41,6 +50,7 @@ class CacheResult:
     # on a hit from a streamed answer: vLLM's own chunks (without id/created), replayed as is:
     # one JSON array in bytes (Events)
     events: Events | None = None
+    live: LiveStream | None = None  # tier "flight": the identical stream in flight to follow
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,10 @@ class AnswerCache(Protocol):
     async def store(self, ticket: object, completion: Completion) -> None: ...
 
     async def abandon(self, ticket: object) -> None: ...
+
+    def share(self, ticket: object, events: list[bytes]) -> Callable[[], None] | None:
+        """A streaming miss's accumulating events, for identical requests to follow live;
+        returns what to call after each new event (None: nobody can follow)."""
 
     async def aclose(self) -> None: ...
 

@@ -238,6 +238,9 @@ class FakeCache:
     async def abandon(self, ticket: object) -> None:
         self.abandoned.append(ticket)
 
+    def share(self, ticket: object, events: list[bytes]) -> None:
+        return None
+
     async def aclose(self) -> None:
         pass
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from loadtest.cli import main, parser
-from loadtest.sweep_concurrency import levels, sweep_concurrency
+from loadtest.sweep import levels
+from loadtest.sweep_concurrency import sweep_concurrency
 from tests.test_loadtest_mock import mock_server
 
 SLOTS = 8  # the modelled server answers 8 at once, each in 100 ms

@@ -21,6 +21,7 @@ from typing import Any
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
 from proxy.cache.entry import Entry, replayable, serve, storable
+from proxy.cache.flight import Flight
 from proxy.cache.index import VectorIndex
 from proxy.cache.judge import Judge
 from proxy.cache.keys import RequestKeys, cacheable, request_keys
@@ -42,6 +43,7 @@ class Ticket:
 @dataclass(slots=True)
 class _Flights:
     waiting: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    live: dict[str, Flight] = field(default_factory=dict)  # streaming leaders (flight.py)
 
 
 class SemanticCache:
@@ -70,6 +72,7 @@ class SemanticCache:
         if req.no_cache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
         flight = f"{keys.exact}:{keys.max_tokens}"
+        streams = req.body.get("stream") is True
         # Hedge only a would-be leader: a follower waits for the leader's answer instead.
         hedged: list[bool] = []
         hook: Callable[[], None] | None = None
@@ -92,8 +95,21 @@ class SemanticCache:
                     return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
                 if waiting is None:
                     self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
+                    if streams:
+                        self._flights.live[flight] = Flight()
                     return CacheResult(status="miss",
                                        ticket=Ticket(keys, req.kind, vector, flight))
+                live = self._flights.live.get(flight)
+                if live is not None and streams:
+                    try:
+                        async with asyncio.timeout(self.cfg.wait_s):
+                            joined = await live.started()
+                    except TimeoutError:
+                        break
+                    if joined:
+                        self.metrics.single_flight_streams.inc()
+                        return CacheResult("hit", "flight", live=live)
+                    continue  # the leader failed before its first event: look again, or lead
                 self.metrics.single_flight_waits.inc()
                 try:
                     await asyncio.wait_for(asyncio.shield(waiting), self.cfg.wait_s)
@@ -198,7 +214,7 @@ class SemanticCache:
         except StoreUnavailable:
             self.metrics.backend_errors.labels("store").inc()
         finally:
-            self._release(ticket)
+            self._release(ticket, True)
 
     async def _store(self, ticket: Ticket, completion: Completion) -> None:
         if not storable(completion.body):
@@ -223,14 +239,25 @@ class SemanticCache:
 
     async def abandon(self, ticket: object) -> None:
         if isinstance(ticket, Ticket) and not ticket.done:
-            self._release(ticket)
+            self._release(ticket, False)
 
-    def _release(self, ticket: Ticket) -> None:
+    def share(self, ticket: object, events: list[bytes]) -> Callable[[], None] | None:
+        live = self._flights.live.get(ticket.flight or "") if isinstance(ticket, Ticket) \
+            else None
+        if live is None:
+            return None
+        live.attach(events)
+        return live.wake
+
+    def _release(self, ticket: Ticket, finished: bool) -> None:
         ticket.done = True
         if ticket.flight is not None:
             fut = self._flights.waiting.pop(ticket.flight, None)
             if fut is not None and not fut.done():
                 fut.set_result(None)
+            live = self._flights.live.pop(ticket.flight, None)
+            if live is not None:
+                live.finish(finished)
 
     async def stats(self) -> dict[str, Any]:
         return {"mode": self.cfg.mode, "threshold": self.cfg.threshold,
@@ -254,6 +281,8 @@ class SemanticCache:
         for fut in self._flights.waiting.values():
             if not fut.done():
                 fut.set_result(None)
+        for live in self._flights.live.values():
+            live.finish(False)
         if self.embedder is not None:
             await self.embedder.aclose()
         if self.judge is not None:

@@ -44,3 +44,6 @@ class CacheMetrics:
         self.single_flight_waits = Counter("proxy_cache_single_flight_waits_total",
                                            "Lookups that waited for an identical miss in flight",
                                            registry=reg)
+        self.single_flight_streams = Counter(
+            "proxy_cache_single_flight_streams_total",
+            "Streaming lookups that followed an identical stream in flight, live", registry=reg)

@@ -13,7 +13,7 @@ Answers are deterministic: the text is "w0 w1 w2 ..." up to max_tokens (default 
 `fail_with` (status, body) answers every completion with that error; `connect_error` refuses
 the listed base URLs; `read_timeout` makes completions time out (served: never answer);
 `stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
-completions until it is set.
+completions until it is set; `pause` (n, event) holds each stream after n events until set.
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ class FakeReply:
 
     def __init__(self, status: int, content: bytes = b"", *, json_body: Any = None,
                  events: list[bytes] | None = None, break_after: int | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 pause: tuple[int, asyncio.Event] | None = None) -> None:
         self.status = status
         self.content = json.dumps(json_body).encode() if json_body is not None else content
         self.events = events
         self.break_after = break_after
+        self.pause = pause  # (n, event): after n events, wait for the event
         self.headers = dict(headers or {"content-type": "application/json"})
         self.closed = False
 
@@ -50,6 +52,8 @@ class FakeReply:
             yield self.content
             return
         for i, ev in enumerate(self.events):
+            if self.pause is not None and i == self.pause[0]:
+                await self.pause[1].wait()
             if self.break_after is not None and i >= self.break_after:
                 raise BadGateway("the upstream fake failed: connection reset")
             yield ev
@@ -99,6 +103,7 @@ class FakeVllm:
     read_timeout: bool = False
     stream_error_after: int | None = None  # events before the stream breaks
     gate: asyncio.Event | None = None  # completions wait for it (to hold requests in flight)
+    pause: tuple[int, asyncio.Event] | None = None  # streams stop after n events until set
 
     @property
     def transport(self) -> FakeTransport:
@@ -190,7 +195,7 @@ class FakeVllm:
             chat = path.endswith("chat/completions")
             if data.get("stream"):
                 return FakeReply(200, events=self._sse(data, chat),
-                                 break_after=self.stream_error_after,
+                                 break_after=self.stream_error_after, pause=self.pause,
                                  headers={"content-type": "text/event-stream"})
             return FakeReply(200, json_body=self._json(data, chat))
         return FakeReply(404, json_body={"detail": "Not Found"})

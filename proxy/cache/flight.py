@@ -1,0 +1,64 @@
+"""Streaming single flight: identical streaming misses share the one upstream stream in flight.
+
+The leader's miss goes upstream; its relay keeps every event's JSON raw for the store anyway
+(sse.Accumulator.add_raw). A Flight shares that list: a follower (the same exact key and
+max_tokens, so the same partition and the same greedy answer) that asks while the leader's
+stream is live gets every event so far, then each as it arrives — re-framed with its own id and
+created as a cache replay is (sse.reframe) — instead of waiting for the whole answer to be
+stored. Memory: nothing beyond the leader's own accumulation, which the cache keeps anyway.
+
+A follower joins only after the leader's first event (before that, it waits as a non-streaming
+follower does, and if the leader fails it goes upstream itself). If the shared stream fails
+later (the upstream broke, or the leader's client left and its relay was cancelled), every
+follower gets an OpenAI-shaped error event, never a cut answer presented as complete: the
+upstream stream belongs to the leader's request, and is not handed over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Literal
+
+State = Literal["live", "done", "failed"]
+
+
+class Flight:
+    def __init__(self) -> None:
+        self.events: list[bytes] = []  # the leader's Accumulator.raw: one JSON payload an event
+        self.state: State = "live"
+        self.followers = 0
+        self._changed = asyncio.Event()
+
+    def attach(self, events: list[bytes]) -> None:
+        """The leader's accumulation list (appended to as its relay passes events on)."""
+        self.events = events
+        self.wake()
+
+    def wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def finish(self, ok: bool) -> None:
+        if self.state == "live":
+            self.state = "done" if ok else "failed"
+            self.wake()
+
+    async def started(self) -> bool:
+        """Wait until the leader's first event or its end: True when one can follow."""
+        while self.state == "live" and not self.events:
+            await self._changed.wait()
+        return bool(self.events) and self.state != "failed"
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        """Every event's JSON so far, then each as it comes, until the leader's stream ends."""
+        self.followers += 1
+        i = 0
+        while True:
+            events = self.events  # the list object is kept even after the store folds it
+            while i < len(events):
+                yield events[i]
+                i += 1
+            if self.state != "live":
+                return
+            await self._changed.wait()

@@ -1,0 +1,182 @@
+"""Streaming single flight: identical streaming misses follow the one upstream stream in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from deploy.net import free_port
+from proxy.app import create_app
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
+from proxy.cache.flight import Flight
+from proxy.cache.lookup import SemanticCache
+from proxy.settings import Settings
+from tests.cache_support import chat, completion
+from tests.support.fake_upstream import FakeVllm
+
+
+async def test_a_follower_gets_what_came_then_each_event_as_it_comes() -> None:
+    flight, events = Flight(), [b"1", b"2"]
+    flight.attach(events)
+    got: list[bytes] = []
+    seen_two = asyncio.Event()
+
+    async def follow() -> None:
+        async for ev in flight.follow():
+            got.append(ev)
+            if len(got) == 2:
+                seen_two.set()
+
+    task = asyncio.create_task(follow())
+    await seen_two.wait()
+    assert got == [b"1", b"2"] and not task.done()
+    events.append(b"3")
+    flight.wake()
+    flight.finish(True)
+    await task
+    assert got == [b"1", b"2", b"3"] and flight.state == "done" and flight.followers == 1
+
+
+async def test_one_can_follow_only_once_the_leader_has_sent_something() -> None:
+    flight = Flight()
+    waiting = asyncio.create_task(flight.started())
+    done, _ = await asyncio.wait([waiting], timeout=0.05)
+    assert not done                                     # nothing yet: still waiting
+    flight.attach([b"first"])
+    assert await waiting is True
+    failed = Flight()
+    failed.finish(False)
+    assert await failed.started() is False              # the leader failed first: go upstream
+
+
+@pytest.fixture
+async def cache() -> AsyncIterator[SemanticCache]:
+    c = await open_cache(registry=CollectorRegistry(), config=CacheConfig(mode="exact"))
+    assert c is not None
+    yield c
+    await c.aclose()
+
+
+async def test_streaming_followers_join_live_and_json_ones_wait(cache: SemanticCache) -> None:
+    leader = await cache.lookup(chat("Stream once", stream=True))
+    assert leader.status == "miss"
+    follower = asyncio.create_task(cache.lookup(chat("Stream once", stream=True)))
+    waiter = asyncio.create_task(cache.lookup(chat("Stream once")))   # not streaming
+    other = await cache.lookup(chat("Stream once", stream=True, tenant="b"))
+    assert other.status == "miss"                        # another tenant: its own flight
+    events: list[bytes] = []
+    wake = cache.share(leader.ticket, events)
+    assert wake is not None and cache.share(object(), []) is None
+    events.append(b'{"choices": []}')
+    wake()
+    joined = await follower
+    assert (joined.status, joined.tier) == ("hit", "flight") and joined.live is not None
+    assert not waiter.done()
+    await cache.store(leader.ticket, completion("all of it"))
+    assert joined.live.state == "done"
+    hit = await waiter
+    assert (hit.status, hit.tier) == ("hit", "exact")
+
+
+async def test_a_leader_that_fails_before_its_first_event_promotes_a_follower(
+        cache: SemanticCache) -> None:
+    leader = await cache.lookup(chat("Fail first", stream=True))
+    follower = asyncio.create_task(cache.lookup(chat("Fail first", stream=True)))
+    done, _ = await asyncio.wait([follower], timeout=0.05)
+    assert not done
+    await cache.abandon(leader.ticket)
+    again = await follower
+    assert again.status == "miss" and again.ticket is not None   # it leads now
+
+
+@asynccontextmanager
+async def served_proxy(settings: Settings) -> AsyncIterator[str]:
+    """The real server on this test's loop (beside the fake upstream's, which it calls)."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_config=None, access_log=False))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def body(text: str) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 8,
+            "stream": True}
+
+
+def content(raw: list[str]) -> tuple[str, str | None]:
+    text, last = "", None
+    for line in raw:
+        data = line.removeprefix("data: ")
+        if data == "[DONE]":
+            last = "[DONE]"
+            continue
+        ev = json.loads(data)
+        if "error" in ev:
+            last = "error"
+            continue
+        for c in ev.get("choices") or ():
+            text += (c.get("delta") or {}).get("content") or ""
+    return text, last
+
+
+async def lines(response: httpx.Response, into: list[str], first: asyncio.Event) -> None:
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            into.append(line)
+            if '"content": " w' in line or '"content":" w' in line:
+                first.set()
+
+
+@pytest.mark.parametrize("break_stream", [False, True])
+async def test_through_the_proxy_one_upstream_stream_serves_every_identical_request(
+        break_stream: bool) -> None:
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume), stream_error_after=5 if break_stream else None)
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client, \
+            client.stream("POST", "/v1/chat/completions", json=body("Share me")) as lead:
+        leader_lines: list[str] = []
+        leader_first = asyncio.Event()
+        reading = asyncio.create_task(lines(lead, leader_lines, leader_first))
+        await leader_first.wait()
+        async with client.stream("POST", "/v1/chat/completions", json=body("Share me")) as follow:
+            assert follow.headers["x-cache"] == "HIT"
+            assert follow.headers["x-cache-tier"] == "flight"
+            follower_lines: list[str] = []
+            follower_first = asyncio.Event()
+            following = asyncio.create_task(lines(follow, follower_lines, follower_first))
+            # the upstream is paused after its first events: the follower got them live
+            await follower_first.wait()
+            assert not reading.done()
+            resume.set()
+            await following
+        await reading
+    assert len(fake.completions()) == 1                 # one upstream request for both
+    lead_text, lead_end = content(leader_lines)
+    follow_text, follow_end = content(follower_lines)
+    if break_stream:
+        assert lead_end == "error" and follow_end == "error"   # never a cut answer as whole
+    else:
+        assert lead_end == follow_end == "[DONE]"
+        assert follow_text == lead_text == " w0 w1 w2 w3 w4 w5 w6 w7"
+        ids = {json.loads(x[6:])["id"] for x in follower_lines if x != "data: [DONE]"}
+        assert len(ids) == 1 and "cmpl-fake" not in ids    # its own id, as a replay's
