@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from proxy.cache.entry import Entry, better, serve, storable
+from proxy.cache.entry import Entry, better, replayable, serve, storable
 from tests.cache_support import answer
 
 
@@ -63,3 +63,13 @@ def test_better_and_json_round_trip() -> None:
     e.vector = b"\x00\x00\x80?"
     back = Entry.from_json(e.to_json())
     assert back == e
+
+
+def test_the_stored_stream_is_replayed_only_for_the_whole_answer() -> None:
+    stop = entry("stop", 3, 16, ("a", " b", " c"))
+    stop.events = b"[]"
+    assert replayable(stop, None) == b"[]" and replayable(stop, 3) == b"[]"
+    assert replayable(stop, 2) is None and serve(stop, 2) is not None   # a cut: re-chunked
+    cut = entry("length", 4, 4, ("a", " b", " c", " d"))
+    cut.events = b"[]"
+    assert replayable(cut, 4) == b"[]" and replayable(cut, 8) is None

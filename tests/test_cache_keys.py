@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.cache.keys import cacheable, request_keys
+from proxy.cache.keys import request_keys
+from proxy.effective import uncacheable
 
 
 def body(**kw: Any) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def test_partition_splits_on_everything_that_changes_the_answer() -> None:
     assert keys(body(response_format={"type": "json_object"})).partition != k.partition
     assert keys(body(stop=["\n"])).partition != k.partition
     # a field the proxy does not understand is not keyed: the request bypasses the cache
-    assert cacheable("chat", body(some_future_field=1)) == "unknown_field"
+    assert uncacheable("chat", body(some_future_field=1)) == "unknown_field"
     assert request_keys("completions", {"model": "tiny", "prompt": "What is Redis?"}, "",
                         "e1").partition != k.partition
 
@@ -72,8 +73,8 @@ def test_completions_prompt_text() -> None:
 
 
 def test_cacheable_only_greedy_single_choice_without_logprobs() -> None:
-    assert cacheable("chat", body()) is None
-    assert cacheable("chat", body(temperature=0.7)) == "not_greedy"
-    assert cacheable("chat", body(n=2)) == "n"
-    assert cacheable("chat", body(logprobs=True)) == "logprobs"
-    assert cacheable("chat", {"model": "m"}) == "not_greedy"
+    assert uncacheable("chat", body()) is None
+    assert uncacheable("chat", body(temperature=0.7)) == "not_greedy"
+    assert uncacheable("chat", body(n=2)) == "n"
+    assert uncacheable("chat", body(logprobs=True)) == "logprobs"
+    assert uncacheable("chat", {"model": "m"}) == "not_greedy"

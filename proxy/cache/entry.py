@@ -97,13 +97,11 @@ def serve(entry: Entry, max_tokens: int | None,
           count: TextCounter | None = None) -> dict[str, Any] | None:
     """The answer body for a request with this `max_tokens`, or None when not exactly right.
     (A whole answer may also be replayed from `entry.events`: see `replayable`.)"""
-    reason, used = entry.finish_reason, entry.completion_tokens
+    used = entry.completion_tokens
     if used is None:
         return None
     answer: dict[str, Any] | None = None
-    whole = (reason == "stop" and (max_tokens is None or max_tokens >= used)) or (
-        reason == "length" and max_tokens == entry.max_tokens)
-    if whole:
+    if whole(entry, max_tokens):
         answer = copy.deepcopy(entry.answer)
     elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
             and len(entry.pieces) == used:
@@ -134,10 +132,16 @@ def better(new: Entry, old: Entry) -> bool:
     return (new.max_tokens or 0) >= (old.max_tokens or 0)
 
 
-def replayable(entry: Entry, answer: dict[str, Any]) -> Events | None:
-    """vLLM's own stream chunks, when `answer` is the entry's whole answer (not a cut)."""
-    if entry.events is None or answer["choices"][0].get("finish_reason") != \
-            entry.finish_reason or answer.get("usage") != entry.answer.get("usage"):
-        return None
-    return entry.events
+def whole(entry: Entry, max_tokens: int | None) -> bool:
+    """Whether a request with this `max_tokens` gets the entry's whole answer (not a cut):
+    it stopped on its own within the limit, or was cut at exactly this limit."""
+    reason, used = entry.finish_reason, entry.completion_tokens
+    return used is not None and (
+        (reason == "stop" and (max_tokens is None or max_tokens >= used))
+        or (reason == "length" and max_tokens == entry.max_tokens))
+
+
+def replayable(entry: Entry, max_tokens: int | None) -> Events | None:
+    """vLLM's own stream chunks, when the request gets the entry's whole answer."""
+    return entry.events if whole(entry, max_tokens) else None
 

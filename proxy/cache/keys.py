@@ -39,11 +39,6 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def cacheable(kind: Kind, body: dict[str, Any]) -> str | None:
-    """None when the request may use the cache, else the reason it may not."""
-    return effective.uncacheable(kind, body)
-
-
 def _text_of(content: Any) -> str | None:
     if isinstance(content, str):
         return content

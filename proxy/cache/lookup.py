@@ -24,10 +24,11 @@ from proxy.cache.entry import Entry, replayable, serve, storable
 from proxy.cache.flight import Flight
 from proxy.cache.index import VectorIndex
 from proxy.cache.judge import Judge
-from proxy.cache.keys import RequestKeys, cacheable, request_keys
+from proxy.cache.keys import RequestKeys, request_keys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.store import Store, StoreUnavailable
 from proxy.cache.verify import check
+from proxy.effective import uncacheable
 from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, TextCounter
 
 
@@ -65,7 +66,7 @@ class SemanticCache:
         return result
 
     async def _lookup(self, req: CacheRequest) -> CacheResult:
-        if self.cfg.mode == "off" or req.no_store or cacheable(req.kind, req.body) is not None:
+        if self.cfg.mode == "off" or req.no_store or uncacheable(req.kind, req.body) is not None:
             return BYPASS
         keys = request_keys(req.kind, req.body, "" if self.cfg.shared else req.tenant,
                             self._identity)
@@ -127,7 +128,7 @@ class SemanticCache:
             answer = serve(entry, keys.max_tokens, self.count)
             if answer is not None:
                 return CacheResult("hit", "exact", 1.0, answer,
-                                   events=replayable(entry, answer)), None
+                                   events=replayable(entry, keys.max_tokens)), None
         if (self.cfg.mode != "semantic" or self.embedder is None or keys.text is None
                 or exact_only):
             return None, None
@@ -159,7 +160,7 @@ class SemanticCache:
             if answer is not None:
                 self.metrics.similarity.labels("hit").observe(sim)
                 return CacheResult("hit", "semantic", round(sim, 4), answer,
-                                   events=replayable(cand, answer)), vector
+                                   events=replayable(cand, keys.max_tokens)), vector
         if best is not None:
             self.metrics.similarity.labels("miss").observe(best)
         return None, vector
