@@ -3,6 +3,7 @@ relay → store. Each step lives in its own module; this file only composes them
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -26,6 +27,7 @@ from proxy.metrics import Metrics
 from proxy.receive import ClientGone, KeyRing, read_body, request_id, until_disconnect
 from proxy.relay import (
     SSE,
+    Pump,
     RelayResponse,
     StreamOutcome,
     error_response,
@@ -82,6 +84,7 @@ class CompletionHandler:
         self.bounds = Bounds(s.max_json_depth, s.max_messages, s.max_prompts)
         self.limits = KeyLimits(parse(s.key_limits), s.workers,
                                 lambda which: deps.metrics.key_limited.labels(which).inc())
+        self._jobs: set[asyncio.Task[None]] = set()  # handed-over streams (single flight)
 
     async def __call__(self, request: Request, kind: Kind) -> Response:
         trace = Trace(PATHS[kind], request_id(request), time.perf_counter())
@@ -246,24 +249,48 @@ class CompletionHandler:
             headers["X-Upstream"] = trace.upstream
         outcome = StreamOutcome(started=trace.started)
         acc = Accumulator(kind) if ticket is not None else None
-        if acc is not None:
-            acc.on_add = d.cache.share(ticket, acc.raw)
-        chunks = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
+        shared = d.cache.share(ticket, acc.raw) if acc is not None else None
+        relayed = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
+        pump = None
+        if shared is not None and acc is not None:
+            acc.on_add = shared.wake
+            pump = Pump(relayed)  # the upstream read outlives this client if others follow
+
+        async def settle() -> None:
+            """After the upstream stream ended (or was given up): free it, store or abandon."""
+            await self._close(upstream, trace)
+            if ticket is not None:
+                done = acc.completion() if acc is not None and outcome.finished else None
+                await (self._store(ticket, done) if done else d.cache.abandon(ticket))
 
         async def close() -> None:
-            await self._close(upstream, trace)
             if outcome.first_byte is not None:
                 d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
             if outcome.usage:
                 trace.tokens_out = outcome.usage.get("completion_tokens")
             if not outcome.finished:
                 trace.status = 499 if outcome.error is None else outcome.error
-            if ticket is not None:
-                done = acc.completion() if acc is not None and outcome.finished else None
-                await (self._store(ticket, done) if done else d.cache.abandon(ticket))
+            if pump is not None and not pump.task.done():
+                if shared is not None and shared.followers:  # the client left; others follow
+                    d.metrics.flight_handovers.inc()
+                    self._background(pump.task, settle)
+                    return
+                await pump.stop()
+            await settle()
 
+        chunks = relayed if pump is None else pump.chunks()
         return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers),
                              **self._send_limits())
+
+    def _background(self, task: asyncio.Task[None], then: Callable[[], Awaitable[None]]) -> None:
+        """Finish a handed-over stream for its followers, then `then`; kept referenced."""
+        async def finish() -> None:
+            await asyncio.gather(task, return_exceptions=True)
+            await then()
+
+        job = asyncio.create_task(finish())
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
 
     def _send_limits(self) -> dict[str, Any]:
         return {"send_timeout": self.d.settings.send_timeout,

@@ -49,6 +49,9 @@ class Metrics:
                                      "PROXY_SEND_TIMEOUT seconds", registry=r)
         self.key_limited = Counter("proxy_key_limited",
                                    "Requests refused by a per-key limit", ["limit"], registry=r)
+        self.flight_handovers = Counter(
+            "proxy_flight_handovers", "Streams whose client left while identical requests "
+            "followed them: the upstream read went on for the followers", registry=r)
         self.routed = Counter("proxy_routed_requests", "Requests sent to each upstream",
                               ["upstream"], registry=r)
         self.affinity_hits = Counter("proxy_routing_affinity_hits",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from proxy.types import BYPASS, CacheRequest, CacheResult, Completion
+from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, Shared
 
 
 class NullCache:
@@ -17,7 +15,7 @@ class NullCache:
     async def abandon(self, ticket: object) -> None:
         return None
 
-    def share(self, ticket: object, events: list[bytes]) -> Callable[[], None] | None:
+    def share(self, ticket: object, events: list[bytes]) -> Shared | None:
         return None
 
     async def aclose(self) -> None:

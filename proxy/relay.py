@@ -135,6 +135,33 @@ class RelayResponse(StreamingResponse):
                 await self._on_close()
 
 
+class Pump:
+    """A streaming single flight's leader relays through this: one task reads the upstream
+    (and so fills the cache's accumulator), the leader's response reads from the pump. When
+    the leader's client leaves while others follow, the task goes on for them (the handler's
+    close hands it over) instead of being cancelled with the leader's response."""
+
+    def __init__(self, source: AsyncIterator[bytes]) -> None:
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(source))
+
+    async def _run(self, source: AsyncIterator[bytes]) -> None:
+        try:
+            async for chunk in source:
+                self._queue.put_nowait(chunk)
+        finally:
+            self._queue.put_nowait(None)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._queue.get()) is not None:
+            yield chunk
+
+    async def stop(self) -> None:
+        """Cancel the reading (nobody left to read for) and wait for it to end."""
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
 async def followed(kind: Kind, live: LiveStream, include_usage: bool) -> AsyncIterator[bytes]:
     """An identical stream in flight, as this request's own stream (cache/flight.py): each
     event re-framed as a replay is; an error event if the shared stream did not end well."""

@@ -25,6 +25,14 @@ class CacheRequest:
     exact_only: bool = False  # skip the semantic tier (X-Cache-Semantic: off, or a setting)
 
 
+class Shared(Protocol):
+    """The leader's side of a streaming single flight (cache/flight.py)."""
+    @property
+    def followers(self) -> int: ...
+
+    def wake(self) -> None: ...  # after each new event
+
+
 class LiveStream(Protocol):
     """A miss's upstream stream in flight that identical streaming requests follow
     (cache/flight.py): each event's JSON as it arrives, and how it ended."""
@@ -67,9 +75,9 @@ class AnswerCache(Protocol):
 
     async def abandon(self, ticket: object) -> None: ...
 
-    def share(self, ticket: object, events: list[bytes]) -> Callable[[], None] | None:
-        """A streaming miss's accumulating events, for identical requests to follow live;
-        returns what to call after each new event (None: nobody can follow)."""
+    def share(self, ticket: object, events: list[bytes]) -> Shared | None:
+        """A streaming miss's accumulating events, for identical requests to follow live
+        (None: nobody can follow this one)."""
 
     async def aclose(self) -> None: ...
 

@@ -43,7 +43,7 @@ async def test_a_follower_gets_what_came_then_each_event_as_it_comes() -> None:
     flight.wake()
     flight.finish(True)
     await task
-    assert got == [b"1", b"2", b"3"] and flight.state == "done" and flight.followers == 1
+    assert got == [b"1", b"2", b"3"] and flight.state == "done"
 
 
 async def test_one_can_follow_only_once_the_leader_has_sent_something() -> None:
@@ -77,9 +77,10 @@ async def test_streaming_followers_join_live_and_json_ones_wait(cache: SemanticC
     wake = cache.share(leader.ticket, events)
     assert wake is not None and cache.share(object(), []) is None
     events.append(b'{"choices": []}')
-    wake()
+    wake.wake()
     joined = await follower
     assert (joined.status, joined.tier) == ("hit", "flight") and joined.live is not None
+    assert wake.followers == 1
     assert not waiter.done()
     await cache.store(leader.ticket, completion("all of it"))
     assert joined.live.state == "done"
@@ -180,3 +181,37 @@ async def test_through_the_proxy_one_upstream_stream_serves_every_identical_requ
         assert follow_text == lead_text == " w0 w1 w2 w3 w4 w5 w6 w7"
         ids = {json.loads(x[6:])["id"] for x in follower_lines if x != "data: [DONE]"}
         assert len(ids) == 1 and "cmpl-fake" not in ids    # its own id, as a replay's
+
+
+async def test_when_the_leaders_client_leaves_the_followers_still_get_the_whole_answer() -> None:
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body("Hand over")) as lead:
+            leader_first = asyncio.Event()
+            reading = asyncio.create_task(lines(lead, [], leader_first))
+            await leader_first.wait()
+            follow_cm = client.stream("POST", "/v1/chat/completions", json=body("Hand over"))
+            follow = await follow_cm.__aenter__()
+            assert follow.headers["x-cache-tier"] == "flight"
+            follower_lines: list[str] = []
+            follower_first = asyncio.Event()
+            following = asyncio.create_task(lines(follow, follower_lines, follower_first))
+            await follower_first.wait()
+            reading.cancel()                             # the leader's client goes away
+        while 'status="499"' not in (await client.get("/metrics")).text:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)                    # the proxy saw it leave
+        resume.set()                                     # and only then the upstream goes on
+        await following
+        await follow_cm.__aexit__(None, None, None)
+        again = await client.post("/v1/chat/completions", json={**body("Hand over"),
+                                                                 "stream": False})
+        metrics = (await client.get("/metrics")).text
+    text, end = content(follower_lines)
+    assert end == "[DONE]" and text == " w0 w1 w2 w3 w4 w5 w6 w7"
+    assert len(fake.completions()) == 1
+    assert again.headers["x-cache"] == "HIT" and again.headers["x-cache-tier"] == "exact"
+    assert again.json()["choices"][0]["message"]["content"] == text   # stored after all
+    assert "proxy_flight_handovers_total 1.0" in metrics

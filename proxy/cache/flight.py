@@ -8,10 +8,11 @@ created as a cache replay is (sse.reframe) — instead of waiting for the whole 
 stored. Memory: nothing beyond the leader's own accumulation, which the cache keeps anyway.
 
 A follower joins only after the leader's first event (before that, it waits as a non-streaming
-follower does, and if the leader fails it goes upstream itself). If the shared stream fails
-later (the upstream broke, or the leader's client left and its relay was cancelled), every
-follower gets an OpenAI-shaped error event, never a cut answer presented as complete: the
-upstream stream belongs to the leader's request, and is not handed over.
+follower does, and if the leader fails it goes upstream itself). The leader reads the upstream
+in a task of its own (relay.Pump): if the leader's client leaves while others follow, that
+read goes on for them and the answer is still stored (a handover, counted in
+proxy_flight_handovers_total). If the shared stream fails (the upstream broke), every
+follower gets an OpenAI-shaped error event, never a cut answer presented as complete.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Flight:
     def __init__(self) -> None:
         self.events: list[bytes] = []  # the leader's Accumulator.raw: one JSON payload an event
         self.state: State = "live"
-        self.followers = 0
+        self.followers = 0  # counted when they join (lookup): the leader's close reads it
         self._changed = asyncio.Event()
 
     def attach(self, events: list[bytes]) -> None:
@@ -52,7 +53,6 @@ class Flight:
 
     async def follow(self) -> AsyncIterator[bytes]:
         """Every event's JSON so far, then each as it comes, until the leader's stream ends."""
-        self.followers += 1
         i = 0
         while True:
             events = self.events  # the list object is kept even after the store folds it

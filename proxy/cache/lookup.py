@@ -108,6 +108,7 @@ class SemanticCache:
                     except TimeoutError:
                         break
                     if joined:
+                        live.followers += 1
                         self.metrics.single_flight_streams.inc()
                         return CacheResult("hit", "flight", live=live)
                     continue  # the leader failed before its first event: look again, or lead
@@ -242,13 +243,12 @@ class SemanticCache:
         if isinstance(ticket, Ticket) and not ticket.done:
             self._release(ticket, False)
 
-    def share(self, ticket: object, events: list[bytes]) -> Callable[[], None] | None:
+    def share(self, ticket: object, events: list[bytes]) -> Flight | None:
         live = self._flights.live.get(ticket.flight or "") if isinstance(ticket, Ticket) \
             else None
-        if live is None:
-            return None
-        live.attach(events)
-        return live.wake
+        if live is not None:
+            live.attach(events)
+        return live
 
     def _release(self, ticket: Ticket, finished: bool) -> None:
         ticket.done = True
