@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client import CollectorRegistry
 
-from deploy.net import free_port
 from proxy.app import create_app
 from proxy.cache import open_cache
 from proxy.cache.config import CacheConfig
@@ -22,6 +20,7 @@ from proxy.cache.lookup import SemanticCache
 from proxy.settings import Settings
 from tests.cache_support import chat, completion
 from tests.support.fake_upstream import FakeVllm
+from tests.support.serving import served
 
 
 async def test_a_follower_gets_what_came_then_each_event_as_it_comes() -> None:
@@ -99,22 +98,9 @@ async def test_a_leader_that_fails_before_its_first_event_promotes_a_follower(
     assert again.status == "miss" and again.ticket is not None   # it leads now
 
 
-@asynccontextmanager
-async def served_proxy(settings: Settings) -> AsyncIterator[str]:
+def served_proxy(settings: Settings) -> AbstractAsyncContextManager[str]:
     """The real server on this test's loop (beside the fake upstream's, which it calls)."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_config=None, access_log=False))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    return served(create_app(settings))
 
 
 def body(text: str) -> dict[str, Any]:

@@ -26,10 +26,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
-
-from deploy.net import free_port
 from proxy.errors import BadGateway, UpstreamTimeout, UpstreamUnavailable
+from tests.support.serving import served
 
 
 class FakeReply:
@@ -112,21 +110,9 @@ class FakeVllm:
     @asynccontextmanager
     async def served(self) -> AsyncIterator[str]:
         """The same answers from a real HTTP server (uvicorn) on a free loopback port."""
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(self._asgi, host="127.0.0.1", port=port,
-                                               log_config=None, access_log=False,
-                                               lifespan="off", interface="asgi3",
-                                               timeout_graceful_shutdown=1))
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-            await task
+        async with served(self._asgi, lifespan="off", interface="asgi3",
+                          timeout_graceful_shutdown=1) as url:
+            yield url
 
     async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = b""
