@@ -180,3 +180,85 @@ async def test_through_the_proxy_one_upstream_stream_serves_every_identical_requ
         assert follow_text == lead_text == " w0 w1 w2 w3 w4 w5 w6 w7"
         ids = {json.loads(x[6:])["id"] for x in follower_lines if x != "data: [DONE]"}
         assert len(ids) == 1 and "cmpl-fake" not in ids    # its own id, as a replay's
+
+
+def test_a_flight_is_full_past_its_byte_bound() -> None:
+    flight = Flight(max_bytes=8)
+    flight.attach([b"12345"])
+    assert not flight.full and flight.size == 5
+    flight.events.append(b"6789")
+    flight.wake()
+    assert flight.full and flight.size == 9
+
+
+async def flight_cache(max_bytes: int) -> tuple[SemanticCache, CollectorRegistry]:
+    registry = CollectorRegistry()
+    c = await open_cache(registry=registry,
+                         config=CacheConfig(mode="exact", flight_max_bytes=max_bytes))
+    assert c is not None
+    return c, registry
+
+
+async def test_past_the_bound_a_new_follower_goes_upstream_itself() -> None:
+    cache, registry = await flight_cache(16)
+    try:
+        leader = await cache.lookup(chat("Long one", stream=True))
+        early = asyncio.create_task(cache.lookup(chat("Long one", stream=True)))
+        events: list[bytes] = []
+        wake = cache.share(leader.ticket, events)
+        assert wake is not None
+        events.append(b'{"choices": []}')             # 15 bytes: within the bound
+        wake()
+        joined = await early
+        assert joined.tier == "flight" and joined.live is not None
+        events.append(b'{"choices": []}')             # 30 bytes: past it
+        wake()
+        late = await cache.lookup(chat("Long one", stream=True))
+        assert late.status == "miss" and late.ticket is not None
+        assert late.ticket.flight is None               # its own upstream call, no flight
+        assert registry.get_sample_value("proxy_cache_single_flight_fallbacks_total",
+                                         {"reason": "overflow"}) == 1
+        got = [ev async for ev in _until_done(joined.live, cache, leader.ticket)]
+        assert got == events                            # the joined follower gets it all
+    finally:
+        await cache.aclose()
+
+
+async def _until_done(live: Any, cache: SemanticCache, ticket: Any) -> AsyncIterator[bytes]:
+    it = live.follow()
+    yield await it.__anext__()
+    await cache.store(ticket, completion("all of it"))
+    async for ev in it:
+        yield ev
+
+
+async def test_a_bound_of_zero_keeps_streaming_followers_waiting_for_the_store() -> None:
+    cache, _ = await flight_cache(0)
+    try:
+        leader = await cache.lookup(chat("No live", stream=True))
+        follower = asyncio.create_task(cache.lookup(chat("No live", stream=True)))
+        assert cache.share(leader.ticket, []) is None   # no flight to share with
+        await cache.store(leader.ticket, completion("all of it"))
+        hit = await follower
+        assert (hit.status, hit.tier) == ("hit", "exact") and hit.live is None
+    finally:
+        await cache.aclose()
+
+
+async def test_followers_of_a_failed_stream_are_counted() -> None:
+    cache, registry = await flight_cache(1 << 20)
+    try:
+        leader = await cache.lookup(chat("Breaks", stream=True))
+        follower = asyncio.create_task(cache.lookup(chat("Breaks", stream=True)))
+        wake = cache.share(leader.ticket, [b'{"choices": []}'])
+        assert wake is not None
+        wake()
+        joined = await follower
+        assert joined.live is not None
+        it = joined.live.follow()
+        assert await it.__anext__() == b'{"choices": []}'
+        await cache.abandon(leader.ticket)
+        assert [ev async for ev in it] == [] and joined.live.state == "failed"
+        assert registry.get_sample_value("proxy_cache_single_flight_broken_total") == 1
+    finally:
+        await cache.aclose()
