@@ -262,3 +262,62 @@ async def test_followers_of_a_failed_stream_are_counted() -> None:
         assert registry.get_sample_value("proxy_cache_single_flight_broken_total") == 1
     finally:
         await cache.aclose()
+
+
+def usage_of(raw: list[str]) -> Any:
+    found = [json.loads(x[6:]).get("usage") for x in raw if x != "data: [DONE]"]
+    return [u for u in found if u]
+
+
+@pytest.mark.parametrize("leader_leaves", [False, True])
+async def test_three_followers_share_one_upstream_stream_live(leader_leaves: bool) -> None:
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    ask = {**body("Share widely"), "stream_options": {"include_usage": True}}
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        lead_cm = client.stream("POST", "/v1/chat/completions", json=ask)
+        lead = await lead_cm.__aenter__()
+        leader_lines: list[str] = []
+        leader_first = asyncio.Event()
+        reading = asyncio.create_task(lines(lead, leader_lines, leader_first))
+        await leader_first.wait()
+        followers: list[tuple[list[str], asyncio.Task[None], httpx.Response]] = []
+        firsts: list[asyncio.Event] = []
+        cms = [client.stream("POST", "/v1/chat/completions", json=ask) for _ in range(3)]
+        for cm in cms:
+            follow = await cm.__aenter__()
+            assert (follow.headers["x-cache"], follow.headers["x-cache-tier"]) == ("HIT",
+                                                                                   "flight")
+            got: list[str] = []
+            first = asyncio.Event()
+            followers.append((got, asyncio.create_task(lines(follow, got, first)), follow))
+            firsts.append(first)
+        for first in firsts:                            # all live before the upstream resumes
+            await first.wait()
+        assert not reading.done()
+        if leader_leaves:
+            reading.cancel()
+            await lead_cm.__aexit__(None, None, None)
+        resume.set()
+        for _, task, _ in followers:
+            await task
+        for cm in cms:
+            await cm.__aexit__(None, None, None)
+        if not leader_leaves:
+            await reading
+            await lead_cm.__aexit__(None, None, None)
+    assert len(fake.completions()) == 1                 # one upstream request for all four
+    for got, _, _ in followers:
+        text, end = content(got)
+        if leader_leaves:   # not handed over: whole, or an error event; never a cut answer
+            # as whole (whether the relay sees the leader leave before the upstream ends varies)
+            assert (text, end) == (" w0 w1 w2 w3 w4 w5 w6 w7", "[DONE]") or \
+                (end == "error" and "data: [DONE]" not in got)
+        else:
+            assert (text, end) == content(leader_lines) == (" w0 w1 w2 w3 w4 w5 w6 w7", "[DONE]")
+            assert usage_of(got) == usage_of(leader_lines) and usage_of(got)
+            finish = [c["finish_reason"] for x in got[:-1]
+                      for c in json.loads(x[6:]).get("choices") or () if c["finish_reason"]]
+            assert finish == ["length"]
