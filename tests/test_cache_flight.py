@@ -321,3 +321,35 @@ async def test_three_followers_share_one_upstream_stream_live(leader_leaves: boo
             finish = [c["finish_reason"] for x in got[:-1]
                       for c in json.loads(x[6:]).get("choices") or () if c["finish_reason"]]
             assert finish == ["length"]
+
+
+async def test_through_the_proxy_past_the_bound_a_follower_goes_upstream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_CACHE_FLIGHT_MAX_BYTES", "64")   # less than one chunk's JSON
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client, \
+            client.stream("POST", "/v1/chat/completions", json=body("Too big")) as lead:
+        leader_lines: list[str] = []
+        leader_first = asyncio.Event()
+        reading = asyncio.create_task(lines(lead, leader_lines, leader_first))
+        await leader_first.wait()
+        follow_lines: list[str] = []
+        follow_first = asyncio.Event()
+        following = asyncio.create_task(lines_of(client, follow_lines, follow_first))
+        await follow_first.wait()     # its own upstream stream got to the pause too
+        assert len(fake.completions()) == 2
+        resume.set()
+        cache_header = await following
+        await reading
+    assert cache_header == "MISS"
+    assert content(follow_lines) == content(leader_lines) == (" w0 w1 w2 w3 w4 w5 w6 w7",
+                                                              "[DONE]")
+
+
+async def lines_of(client: httpx.AsyncClient, into: list[str], first: asyncio.Event) -> str:
+    async with client.stream("POST", "/v1/chat/completions", json=body("Too big")) as r:
+        await lines(r, into, first)
+        return r.headers["x-cache"]
