@@ -27,3 +27,12 @@ def test_false_hit_rate_bound_defaults_reads_and_is_checked(monkeypatch) -> None
     monkeypatch.setenv("PROXY_CACHE_MAX_FALSE_HIT_RATE", "0")
     with pytest.raises(ValueError, match="PROXY_CACHE_MAX_FALSE_HIT_RATE"):
         CacheConfig.from_settings()
+
+
+def test_flight_bound_defaults_reads_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert CacheConfig.from_settings().flight_max_bytes == 1 << 20
+    monkeypatch.setenv("PROXY_CACHE_FLIGHT_MAX_BYTES", "0")
+    assert CacheConfig.from_settings().flight_max_bytes == 0
+    monkeypatch.setenv("PROXY_CACHE_FLIGHT_MAX_BYTES", "-1")
+    with pytest.raises(ValueError, match="PROXY_CACHE_FLIGHT_MAX_BYTES"):
+        CacheConfig.from_settings()

@@ -201,3 +201,174 @@ async def test_when_the_leaders_client_leaves_the_followers_still_get_the_whole_
     assert again.headers["x-cache"] == "HIT" and again.headers["x-cache-tier"] == "exact"
     assert again.json()["choices"][0]["message"]["content"] == text   # stored after all
     assert "proxy_flight_handovers_total 1.0" in metrics
+
+
+def test_a_flight_is_full_past_its_byte_bound() -> None:
+    flight = Flight(max_bytes=8)
+    flight.attach([b"12345"])
+    assert not flight.full and flight.size == 5
+    flight.events.append(b"6789")
+    flight.wake()
+    assert flight.full and flight.size == 9
+
+
+async def flight_cache(max_bytes: int) -> tuple[SemanticCache, CollectorRegistry]:
+    registry = CollectorRegistry()
+    c = await open_cache(registry=registry,
+                         config=CacheConfig(mode="exact", flight_max_bytes=max_bytes))
+    assert c is not None
+    return c, registry
+
+
+async def test_past_the_bound_a_new_follower_goes_upstream_itself() -> None:
+    cache, registry = await flight_cache(16)
+    try:
+        leader = await cache.lookup(chat("Long one", stream=True))
+        early = asyncio.create_task(cache.lookup(chat("Long one", stream=True)))
+        events: list[bytes] = []
+        wake = cache.share(leader.ticket, events)
+        assert wake is not None
+        events.append(b'{"choices": []}')             # 15 bytes: within the bound
+        wake.wake()
+        joined = await early
+        assert joined.tier == "flight" and joined.live is not None
+        events.append(b'{"choices": []}')             # 30 bytes: past it
+        wake.wake()
+        late = await cache.lookup(chat("Long one", stream=True))
+        assert late.status == "miss" and late.ticket is not None
+        assert late.ticket.flight is None               # its own upstream call, no flight
+        assert registry.get_sample_value("proxy_cache_single_flight_fallbacks_total",
+                                         {"reason": "overflow"}) == 1
+        got = [ev async for ev in _until_done(joined.live, cache, leader.ticket)]
+        assert got == events                            # the joined follower gets it all
+    finally:
+        await cache.aclose()
+
+
+async def _until_done(live: Any, cache: SemanticCache, ticket: Any) -> AsyncIterator[bytes]:
+    it = live.follow()
+    yield await it.__anext__()
+    await cache.store(ticket, completion("all of it"))
+    async for ev in it:
+        yield ev
+
+
+async def test_a_bound_of_zero_keeps_streaming_followers_waiting_for_the_store() -> None:
+    cache, _ = await flight_cache(0)
+    try:
+        leader = await cache.lookup(chat("No live", stream=True))
+        follower = asyncio.create_task(cache.lookup(chat("No live", stream=True)))
+        assert cache.share(leader.ticket, []) is None   # no flight to share with
+        await cache.store(leader.ticket, completion("all of it"))
+        hit = await follower
+        assert (hit.status, hit.tier) == ("hit", "exact") and hit.live is None
+    finally:
+        await cache.aclose()
+
+
+async def test_followers_of_a_failed_stream_are_counted() -> None:
+    cache, registry = await flight_cache(1 << 20)
+    try:
+        leader = await cache.lookup(chat("Breaks", stream=True))
+        follower = asyncio.create_task(cache.lookup(chat("Breaks", stream=True)))
+        wake = cache.share(leader.ticket, [b'{"choices": []}'])
+        assert wake is not None
+        wake.wake()
+        joined = await follower
+        assert joined.live is not None
+        it = joined.live.follow()
+        assert await it.__anext__() == b'{"choices": []}'
+        await cache.abandon(leader.ticket)
+        assert [ev async for ev in it] == [] and joined.live.state == "failed"
+        assert registry.get_sample_value("proxy_cache_single_flight_broken_total") == 1
+    finally:
+        await cache.aclose()
+
+
+def usage_of(raw: list[str]) -> Any:
+    found = [json.loads(x[6:]).get("usage") for x in raw if x != "data: [DONE]"]
+    return [u for u in found if u]
+
+
+@pytest.mark.parametrize("leader_leaves", [False, True])
+async def test_three_followers_share_one_upstream_stream_live(leader_leaves: bool) -> None:
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    ask = {**body("Share widely"), "stream_options": {"include_usage": True}}
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        lead_cm = client.stream("POST", "/v1/chat/completions", json=ask)
+        lead = await lead_cm.__aenter__()
+        leader_lines: list[str] = []
+        leader_first = asyncio.Event()
+        reading = asyncio.create_task(lines(lead, leader_lines, leader_first))
+        await leader_first.wait()
+        followers: list[tuple[list[str], asyncio.Task[None], httpx.Response]] = []
+        firsts: list[asyncio.Event] = []
+        cms = [client.stream("POST", "/v1/chat/completions", json=ask) for _ in range(3)]
+        for cm in cms:
+            follow = await cm.__aenter__()
+            assert (follow.headers["x-cache"], follow.headers["x-cache-tier"]) == ("HIT",
+                                                                                   "flight")
+            got: list[str] = []
+            first = asyncio.Event()
+            followers.append((got, asyncio.create_task(lines(follow, got, first)), follow))
+            firsts.append(first)
+        for first in firsts:                            # all live before the upstream resumes
+            await first.wait()
+        assert not reading.done()
+        if leader_leaves:
+            reading.cancel()
+            await lead_cm.__aexit__(None, None, None)
+        resume.set()
+        for _, task, _ in followers:
+            await task
+        for cm in cms:
+            await cm.__aexit__(None, None, None)
+        if not leader_leaves:
+            await reading
+            await lead_cm.__aexit__(None, None, None)
+    assert len(fake.completions()) == 1                 # one upstream request for all four
+    for got, _, _ in followers:
+        text, end = content(got)
+        if leader_leaves:   # handed over (or done before the proxy saw it leave): whole
+            assert (text, end) == (" w0 w1 w2 w3 w4 w5 w6 w7", "[DONE]")
+        else:
+            assert (text, end) == content(leader_lines) == (" w0 w1 w2 w3 w4 w5 w6 w7", "[DONE]")
+            assert usage_of(got) == usage_of(leader_lines) and usage_of(got)
+            finish = [c["finish_reason"] for x in got[:-1]
+                      for c in json.loads(x[6:]).get("choices") or () if c["finish_reason"]]
+            assert finish == ["length"]
+
+
+async def test_through_the_proxy_past_the_bound_a_follower_goes_upstream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_CACHE_FLIGHT_MAX_BYTES", "64")   # less than one chunk's JSON
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client, \
+            client.stream("POST", "/v1/chat/completions", json=body("Too big")) as lead:
+        leader_lines: list[str] = []
+        leader_first = asyncio.Event()
+        reading = asyncio.create_task(lines(lead, leader_lines, leader_first))
+        await leader_first.wait()
+        follow_lines: list[str] = []
+        follow_first = asyncio.Event()
+        following = asyncio.create_task(lines_of(client, follow_lines, follow_first))
+        await follow_first.wait()     # its own upstream stream got to the pause too
+        assert len(fake.completions()) == 2
+        resume.set()
+        cache_header = await following
+        await reading
+    assert cache_header == "MISS"
+    assert content(follow_lines) == content(leader_lines) == (" w0 w1 w2 w3 w4 w5 w6 w7",
+                                                              "[DONE]")
+
+
+async def lines_of(client: httpx.AsyncClient, into: list[str], first: asyncio.Event) -> str:
+    async with client.stream("POST", "/v1/chat/completions", json=body("Too big")) as r:
+        await lines(r, into, first)
+        return r.headers["x-cache"]

@@ -27,6 +27,9 @@ class CacheConfig:
     embed_backend: str = "onnx"  # PROXY_CACHE_EMBED_BACKEND: onnx | torch
     top_k: int = 4
     wait_s: float = 120.0  # how long an identical miss waits for the one in flight
+    # PROXY_CACHE_FLIGHT_MAX_BYTES: a streaming single flight takes no new follower past this
+    # much of the leader's stream (flight.py); 0 = streaming followers wait for the store
+    flight_max_bytes: int = 1 << 20
 
     @staticmethod
     def from_settings(settings: Any = None) -> CacheConfig:
@@ -55,6 +58,8 @@ class CacheConfig:
             embed_threads=int(pick("cache_embed_threads", "PROXY_CACHE_EMBED_THREADS", 0)) or None,
             embed_backend=str(pick("cache_embed_backend", "PROXY_CACHE_EMBED_BACKEND",
                                    "onnx")).lower(),
+            flight_max_bytes=int(pick("cache_flight_max_bytes", "PROXY_CACHE_FLIGHT_MAX_BYTES",
+                                      1 << 20)),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
@@ -64,6 +69,8 @@ class CacheConfig:
             raise ValueError("PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)")
         if cfg.embed_backend not in EMBED_BACKENDS:
             raise ValueError("PROXY_CACHE_EMBED_BACKEND must be onnx or torch")
+        if cfg.flight_max_bytes < 0:
+            raise ValueError("PROXY_CACHE_FLIGHT_MAX_BYTES must be at least 0")
         if cfg.max_entries < 1:
             raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")
         return cfg

@@ -13,6 +13,10 @@ in a task of its own (relay.Pump): if the leader's client leaves while others fo
 read goes on for them and the answer is still stored (a handover, counted in
 proxy_flight_handovers_total). If the shared stream fails (the upstream broke), every
 follower gets an OpenAI-shaped error event, never a cut answer presented as complete.
+
+Bound: a flight takes no new follower once the leader's events pass max_bytes (a late follower
+would replay all of them first); such a follower goes upstream itself (a fallback). Followers
+already on it go on: they hold only an index into the list the leader keeps anyway.
 """
 
 from __future__ import annotations
@@ -25,18 +29,29 @@ State = Literal["live", "done", "failed"]
 
 
 class Flight:
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = 1 << 20) -> None:
         self.events: list[bytes] = []  # the leader's Accumulator.raw: one JSON payload an event
         self.state: State = "live"
         self.followers = 0  # counted when they join (lookup): the leader's close reads it
+        self.max_bytes = max_bytes
+        self.size = 0  # bytes of the events counted so far
+        self._counted = 0
         self._changed = asyncio.Event()
 
     def attach(self, events: list[bytes]) -> None:
         """The leader's accumulation list (appended to as its relay passes events on)."""
-        self.events = events
+        self.events, self.size, self._counted = events, 0, 0
         self.wake()
 
+    @property
+    def full(self) -> bool:
+        return self.size > self.max_bytes
+
     def wake(self) -> None:
+        events = self.events
+        while self._counted < len(events):
+            self.size += len(events[self._counted])
+            self._counted += 1
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -49,7 +64,7 @@ class Flight:
         """Wait until the leader's first event or its end: True when one can follow."""
         while self.state == "live" and not self.events:
             await self._changed.wait()
-        return bool(self.events) and self.state != "failed"
+        return bool(self.events) and self.state != "failed" and not self.full
 
     async def follow(self) -> AsyncIterator[bytes]:
         """Every event's JSON so far, then each as it comes, until the leader's stream ends."""

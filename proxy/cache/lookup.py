@@ -96,8 +96,8 @@ class SemanticCache:
                     return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
                 if waiting is None:
                     self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
-                    if streams:
-                        self._flights.live[flight] = Flight()
+                    if streams and self.cfg.flight_max_bytes > 0:
+                        self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
                     return CacheResult(status="miss",
                                        ticket=Ticket(keys, req.kind, vector, flight))
                 live = self._flights.live.get(flight)
@@ -106,12 +106,18 @@ class SemanticCache:
                         async with asyncio.timeout(self.cfg.wait_s):
                             joined = await live.started()
                     except TimeoutError:
+                        self.metrics.single_flight_fallbacks.labels("timeout").inc()
                         break
                     if joined:
                         live.followers += 1
                         self.metrics.single_flight_streams.inc()
                         return CacheResult("hit", "flight", live=live)
-                    continue  # the leader failed before its first event: look again, or lead
+                    if live.full and live.state == "live":  # too much to replay: go upstream
+                        self.metrics.single_flight_fallbacks.labels("overflow").inc()
+                        return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
+                    if live.state == "failed":
+                        self.metrics.single_flight_fallbacks.labels("leader_failed").inc()
+                    continue  # the leader ended before this one joined: look again, or lead
                 self.metrics.single_flight_waits.inc()
                 try:
                     await asyncio.wait_for(asyncio.shield(waiting), self.cfg.wait_s)
@@ -259,6 +265,8 @@ class SemanticCache:
             live = self._flights.live.pop(ticket.flight, None)
             if live is not None:
                 live.finish(finished)
+                if not finished and live.followers:
+                    self.metrics.single_flight_broken.inc(live.followers)
 
     async def stats(self) -> dict[str, Any]:
         return {"mode": self.cfg.mode, "threshold": self.cfg.threshold,

@@ -47,3 +47,12 @@ class CacheMetrics:
         self.single_flight_streams = Counter(
             "proxy_cache_single_flight_streams_total",
             "Streaming lookups that followed an identical stream in flight, live", registry=reg)
+        self.single_flight_fallbacks = Counter(
+            "proxy_cache_single_flight_fallbacks_total",
+            "Identical misses that went upstream themselves instead of following the one in "
+            "flight: overflow (its stream passed the buffer bound), leader_failed (before its "
+            "first event), timeout", ["reason"], registry=reg)
+        self.single_flight_broken = Counter(
+            "proxy_cache_single_flight_broken_total",
+            "Live followers ended with an error event: the stream they followed failed",
+            registry=reg)
