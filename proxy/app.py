@@ -112,6 +112,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+                await app.state.handler.drain()  # streams handed over to followers end first
                 await cache.aclose()
         finally:
             await upstream.aclose()

@@ -46,6 +46,7 @@ from proxy.upstream import Upstream, UpstreamStream
 log = logging.getLogger("proxy.handler")
 PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _JSON_HEADERS = {"content-type": "application/json"}
+_DRAIN_S = 30.0  # at shutdown, how long handed-over streams may take to finish
 
 
 @dataclass(slots=True)
@@ -281,6 +282,11 @@ class CompletionHandler:
         chunks = relayed if pump is None else pump.chunks()
         return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers),
                              **self._send_limits())
+
+    async def drain(self) -> None:
+        """At shutdown: let handed-over streams finish (and store) for their followers."""
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=_DRAIN_S)
 
     def _background(self, task: asyncio.Task[None], then: Callable[[], Awaitable[None]]) -> None:
         """Finish a handed-over stream for its followers, then `then`; kept referenced."""

@@ -372,3 +372,26 @@ async def lines_of(client: httpx.AsyncClient, into: list[str], first: asyncio.Ev
     async with client.stream("POST", "/v1/chat/completions", json=body("Too big")) as r:
         await lines(r, into, first)
         return r.headers["x-cache"]
+
+
+async def test_shutdown_lets_a_handed_over_stream_finish_for_its_followers() -> None:
+    from proxy.handler import CompletionHandler
+
+    handler = CompletionHandler.__new__(CompletionHandler)
+    handler._jobs = set()
+    release = asyncio.Event()
+    finished: list[str] = []
+
+    async def stream() -> None:
+        await release.wait()
+
+    async def then() -> None:
+        finished.append("stored")
+
+    handler._background(asyncio.create_task(stream()), then)
+    draining = asyncio.create_task(handler.drain())
+    done, _ = await asyncio.wait([draining], timeout=0.05)
+    assert not done                                     # it waits for the stream
+    release.set()
+    await draining
+    assert finished == ["stored"] and not handler._jobs
