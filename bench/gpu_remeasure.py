@@ -40,6 +40,16 @@ METRICS = ("mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tp
            "mean_itl_ms", "mean_e2el_ms", "request_throughput", "output_throughput")
 
 
+def slots(chosen: list[int], repeat: int) -> list[tuple[int, int]]:
+    """The (GPU 0, GPU 1) target pairs of one repeat: the fixed rotation for all four targets;
+    for two, one pair whose GPUs swap every repeat."""
+    if len(chosen) == len(TARGETS):
+        return SLOTS[repeat % len(SLOTS)]
+    if len(chosen) != 2:
+        raise SystemExit("--targets: all four, or two")
+    return [(chosen[0], chosen[1]) if repeat % 2 == 0 else (chosen[1], chosen[0])]
+
+
 def vllm(a: argparse.Namespace, gpu: int) -> Proc:
     port = 8101 + gpu
     return Proc(f"vllm-gpu{gpu}", [PY, "-m", "deploy", "backend", "--profile", a.profile,
@@ -157,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--served-name", default="model", help="the model name clients send")
     p.add_argument("--input-len", type=int, default=384)
     p.add_argument("--output-len", type=int, default=384)
+    p.add_argument("--targets", default=",".join(TARGETS),
+                   help="a subset of the targets; with two, each repeat swaps their GPUs")
     p.add_argument("--report", action="store_true")
     a = p.parse_args(argv)
+    chosen = [TARGETS.index(t) for t in a.targets.split(",")]
     a.results.mkdir(parents=True, exist_ok=True)
     if not a.report:
         started = time.monotonic()
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 urls.append({"direct": v.url, "proxy-1w": ps[0].url, "proxy-4w": ps[1].url,
                              "proxy-cache-miss": ps[2].url})
             for repeat in range(a.repeats):
-                for pair in SLOTS[repeat % len(SLOTS)]:
+                for pair in slots(chosen, repeat):
                     t0 = time.monotonic()
                     with ThreadPoolExecutor(2) as pool:
                         futures = [pool.submit(run_one, a, TARGETS[t], urls[g][TARGETS[t]],
