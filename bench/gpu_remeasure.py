@@ -2,10 +2,12 @@
 with the answer cache on and a workload that never repeats (every lookup a miss: what the cache
 costs when it never helps), with the multi-process client, steady-state windows and repeats.
 
-On a 2-GPU host the device budget fits it only as pairs: one vLLM per GPU, each with its own
-proxies in front (`direct`, `proxy-1w`, `proxy-4w`, `proxy-cache-miss`), and two targets
-measured at once, one per GPU, in an order that puts every target on both GPUs across the
-repeats (the GPUs are the same model; any difference between them is spread, not confounded).
+With `--gpus 1` there is one vLLM and the chosen targets run one after another, their order
+rotated every repeat. On a 2-GPU host the device budget fits it only as pairs: one vLLM per GPU,
+each with its own proxies in front (`direct`, `proxy-1w`, `proxy-4w`, `proxy-cache-miss`), and
+two targets measured at once, one per GPU, in an order that puts every target on both GPUs
+across the repeats (the GPUs are the same model; any difference between them is spread, not
+confounded).
 Each run: Poisson arrivals at `--rate` for `--warm-s` + `--window-s` (+ drain), chat, random
 prompts of 384 ± 33 % tokens in and out (`--ignore-eos`), at most 250 in flight; `--workers
 auto` client processes. Only requests *sent* inside the window count (the ramp-up before it and
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-len", type=int, default=384)
     p.add_argument("--targets", default=",".join(TARGETS),
                    help="a subset of the targets; with two, each repeat swaps their GPUs")
+    p.add_argument("--gpus", type=int, choices=(1, 2), default=2,
+                   help="1: one vLLM, the targets one after another, their order rotated")
     p.add_argument("--report", action="store_true")
     a = p.parse_args(argv)
     chosen = [TARGETS.index(t) for t in a.targets.split(",")]
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.report:
         started = time.monotonic()
         with ThreadPoolExecutor(2) as pool:
-            backends = [f.result() for f in [pool.submit(vllm, a, g) for g in (0, 1)]]
+            backends = [f.result() for f in [pool.submit(vllm, a, g) for g in range(a.gpus)]]
         print(f"vLLMs up after {time.monotonic() - started:.0f} s", flush=True)
         proxies = []
         urls: list[dict[str, str]] = []
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 proxies += ps
                 urls.append({"direct": v.url, "proxy-1w": ps[0].url, "proxy-4w": ps[1].url,
                              "proxy-cache-miss": ps[2].url})
-            for repeat in range(a.repeats):
+            for repeat in range(a.repeats if a.gpus == 2 else 0):
                 for pair in slots(chosen, repeat):
                     t0 = time.monotonic()
                     with ThreadPoolExecutor(2) as pool:
@@ -201,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
                             f.result()
                     print(f"repeat {repeat}: {TARGETS[pair[0]]} on GPU 0, {TARGETS[pair[1]]}"
                           f" on GPU 1 in {time.monotonic() - t0:.0f} s", flush=True)
+            for repeat in range(a.repeats if a.gpus == 1 else 0):
+                k = repeat % len(chosen)
+                for t in chosen[k:] + chosen[:k]:
+                    t0 = time.monotonic()
+                    run_one(a, TARGETS[t], urls[0][TARGETS[t]], backends[0].url, repeat, 0)
+                    print(f"repeat {repeat}: {TARGETS[t]} in {time.monotonic() - t0:.0f} s",
+                          flush=True)
         finally:
             for pr in proxies:
                 pr.stop()
