@@ -94,14 +94,26 @@ STEPS: dict[str, Step] = {
 }
 
 
+def workload(run: Run, rate: float | None) -> list[str]:
+    """The run's workload arguments, its request rate replaced by --rate when given."""
+    args = list(run.workload)
+    if rate is not None and "--request-rate" in args:
+        args[args.index("--request-rate") + 1] = f"{rate:g}"
+    return args
+
+
 def loadtest(target: str, run: Run, out: Path, args: argparse.Namespace,
              backend: str | None) -> None:
     cmd = [PY, "-m", "loadtest", "run", "--target", target, "--model", args.served_name,
-           "--seed", "0", "--num-prompts", str(args.num_prompts), "--warmup", "10",
-           "--tokenizer", args.model, "--label", run.name, "--no-progress",
-           "--json", str(out / f"{run.name}.json"), *run.workload]
-    if backend:
-        cmd += ["--backend-url", backend]
+           "--seed", "0", "--warmup", "10", "--tokenizer", args.model, "--label", run.name,
+           "--no-progress", "--json", str(out / f"{run.name}.json"), "--workers", args.workers,
+           "--repeats", str(args.repeats), *workload(run, args.rate)]
+    if args.duration:  # the steady-state rig: a timed warm-up, then a window of arrivals
+        cmd += ["--duration", str(args.warmup_seconds + args.duration),
+                "--warmup-seconds", str(args.warmup_seconds)]
+    else:
+        cmd += ["--num-prompts", str(args.num_prompts)]
+    cmd += ["--backend-url", backend or target]  # vLLM's own histograms: the referee
     print(f"[{time.strftime('%X')}] run {run.name}", flush=True)
     subprocess.run(cmd, cwd=REPO, check=False)
 
@@ -168,6 +180,14 @@ def main() -> int:
     ap.add_argument("--steps", default=",".join(default_steps),
                     help=f"comma list of {list(STEPS)}")
     ap.add_argument("--num-prompts", type=int, default=400)
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of measured arrivals per run (instead of --num-prompts)")
+    ap.add_argument("--warmup-seconds", type=float, default=10.0,
+                    help="with --duration: arrivals before the window, not measured")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per cell (mean and 95%% CI)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="request rate for every run instead of the workload's own")
+    ap.add_argument("--workers", default="auto", help="client processes (N or auto)")
     ap.add_argument("--start-timeout", type=float, default=420)
     ap.add_argument("--vllm-port", type=int, default=8100)
     ap.add_argument("--proxy-port", type=int, default=8000)
@@ -181,7 +201,9 @@ def main() -> int:
         if name not in STEPS:
             ap.error(f"unknown step {name!r}; known: {', '.join(STEPS)}")
         run_step(name, STEPS[name], args, args.results)
-    meta = {"python": sys.version, "steps": args.steps, "num_prompts": args.num_prompts}
+    meta = {"python": sys.version, "steps": args.steps, "num_prompts": args.num_prompts,
+            "duration": args.duration, "warmup_seconds": args.warmup_seconds,
+            "repeats": args.repeats, "workers": args.workers, "rate": args.rate}
     (args.results / "meta.txt").write_text(json.dumps(meta) + "\n")
     return 0
 

@@ -24,6 +24,11 @@ from tools.judge.frames_world import FRAMES as WORLD
 from tools.judge.seeds import SEEDS, Seed
 
 Pair = dict[str, Any]
+FAMILIES = Path(__file__).with_name("families")  # helper-written families, one JSON per line
+DOMAINS = frozenset({"coding", "devops", "science", "geography", "history", "cooking", "health",
+                     "finance", "writing", "support", "translation"})
+KINDS = frozenset({"negation", "entity", "number", "unit", "version", "time", "direction", "role",
+                   "scope", "task", "payload", "constraint", "modality"})
 PREFIXES = ("quick question: ", "hey, ", "pls help - ", "so ", "hi! ", "question: ", "ok so ")
 SUFFIXES = (" thanks", " ??", " pls", " (asking for a friend)", " thx", "!")
 INSTANCES = 28  # per frame
@@ -113,9 +118,32 @@ def frame_pairs(frame: Frame, rng: random.Random) -> list[Pair]:
     return out
 
 
-def seed_pairs(index: int, seed: Seed, rng: random.Random) -> list[Pair]:
+def written_families(folder: Path = FAMILIES) -> list[tuple[str, Seed]]:
+    """The families in folder/*.jsonl: {"family", "domain", "same": [...], "contrasts":
+    [[kind, question], ...]}; a malformed line stops the build with its file and line."""
+    out: list[tuple[str, Seed]] = []
+    names: set[str] = set()
+    for path in sorted(folder.glob("*.jsonl")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            f = orjson.loads(line)
+            where = f"{path.name}:{n}"
+            if f["domain"] not in DOMAINS:
+                raise SystemExit(f"{where}: unknown domain {f['domain']!r}")
+            if len(f["same"]) < 2 or f["family"] in names:
+                raise SystemExit(f"{where}: fewer than two paraphrases, or a repeated name")
+            bad = [k for k, _ in f["contrasts"] if k not in KINDS]
+            if bad:
+                raise SystemExit(f"{where}: unknown kinds {bad}")
+            names.add(f["family"])
+            out.append((f["family"], (f["domain"], tuple(f["same"]),
+                                      tuple((k, q) for k, q in f["contrasts"]))))
+    return out
+
+
+def seed_pairs(family: str, seed: Seed, rng: random.Random) -> list[Pair]:
     domain, same, contrasts = seed
-    family = f"seed{index:02d}"
     out = [_pair(a, b, True, "paraphrase", domain, family, rng)
            for a, b in itertools.combinations(same, 2)]
     out.extend(_pair(a, other, False, kind, domain, family, rng)
@@ -137,20 +165,19 @@ def topic_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
     return out
 
 
-def build(seed: int) -> dict[str, list[Pair]]:
+def build(seed: int, folder: Path = FAMILIES) -> dict[str, list[Pair]]:
     rng = random.Random(seed)
-    families: list[tuple[str, list[Pair]]] = [(frame.name, frame_pairs(frame, rng))
-                                              for frame in (*TECH, *WORLD)]
-    for i, s in enumerate(SEEDS):
-        families.append((f"seed{i:02d}", seed_pairs(i, s, rng)))
-    frames = [f for f in families if not f[0].startswith("seed")]
-    seeds = [f for f in families if f[0].startswith("seed")]
+    frames = [(frame.name, frame_pairs(frame, rng)) for frame in (*TECH, *WORLD)]
+    seeds = [(f"seed{i:02d}", seed_pairs(f"seed{i:02d}", s, rng)) for i, s in enumerate(SEEDS)]
+    written = [(name, seed_pairs(name, s, rng)) for name, s in written_families(folder)]
     splitter = random.Random(seed)  # its own stream: editing a family moves no other family
-    splitter.shuffle(frames)
-    splitter.shuffle(seeds)
-    nf, ns = len(frames) // 5, len(seeds) // 5
-    splits = {"test": frames[:nf] + seeds[:ns], "dev": frames[nf:2 * nf] + seeds[ns:2 * ns],
-              "train": frames[2 * nf:] + seeds[2 * ns:]}
+    splits: dict[str, list[tuple[str, list[Pair]]]] = {"test": [], "dev": [], "train": []}
+    for group in (frames, seeds, written):  # each group split 1/5 test, 1/5 dev, 3/5 train
+        splitter.shuffle(group)
+        n = len(group) // 5
+        splits["test"] += group[:n]
+        splits["dev"] += group[n:2 * n]
+        splits["train"] += group[2 * n:]
     out: dict[str, list[Pair]] = {}
     for name, fams in splits.items():
         pairs = [p for _, ps in fams for p in ps]
