@@ -49,8 +49,12 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
     if cfg.mode == "semantic" and judge is None:
         judge = await Judge.load(cfg.max_false_hit_rate)
     store: Store
+    claims = None
     if cfg.redis_url:
+        from proxy.cache.redis_claims import RedisClaims
         from proxy.cache.redis_store import RedisStore
+
+        claims = RedisClaims(cfg.redis_url, cfg.namespace)
 
         store = await RedisStore(cfg.redis_url, cfg.max_entries, cfg.ttl, cfg.namespace,
                                  on_evict=lambda n: metrics.evictions.inc(n)).open()
@@ -59,4 +63,4 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
                                   on_evict=lambda _id: metrics.evictions.inc()).open()
     semantic = cfg.mode == "semantic"
     return SemanticCache(cfg, store, metrics, embedder if semantic else None, count,
-                         judge if semantic else None)
+                         judge if semantic else None, claims)

@@ -5,8 +5,9 @@ lookup(req):  policy gate -> keys -> exact key in the store -> embed the questio
 -> cosine floor and hand-kept rules (verify.py) -> the learned judge scores the survivors in one
 batch (judge.py) -> the best accepted one is served for this max_tokens.  A miss returns a
 ticket; identical misses (same exact key and max_tokens) wait for the first one's answer
-instead of going upstream (single flight, per replica). Store errors bypass the cache, never
-fail the request.
+instead of going upstream (single flight); with several replicas on one Redis the leader first
+claims the flight there, and a replica that finds it claimed waits for the stored answer
+(claims.py). Store errors bypass the cache, never fail the request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.cache.claims import Claims, NoClaims
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
 from proxy.cache.entry import Entry, replayable, serve, storable
@@ -50,8 +52,9 @@ class _Flights:
 class SemanticCache:
     def __init__(self, cfg: CacheConfig, store: Store, metrics: CacheMetrics,
                  embedder: Embedder | None = None, count: TextCounter | None = None,
-                 judge: Judge | None = None) -> None:
+                 judge: Judge | None = None, claims: Claims | None = None) -> None:
         self.cfg, self.db, self.metrics, self.embedder = cfg, store, metrics, embedder
+        self.claims: Claims = claims if claims is not None else NoClaims()
         self.judge = judge
         self.count = count
         self.index = VectorIndex(embedder.dim) if embedder is not None else None
@@ -95,7 +98,17 @@ class SemanticCache:
                     # is already under way: go on with it rather than wait
                     return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
                 if waiting is None:
-                    self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
+                    mine = asyncio.get_running_loop().create_future()
+                    self._flights.waiting[flight] = mine  # local twins wait on this replica
+                    if not await self.claims.claim(flight):  # another replica leads it
+                        del self._flights.waiting[flight]
+                        mine.set_result(None)
+                        if hedged:  # its upstream call is under way already: keep it
+                            return CacheResult(status="miss",
+                                               ticket=Ticket(keys, req.kind, vector))
+                        self.metrics.single_flight_remote_waits.inc()
+                        await self.claims.settled(flight, self.cfg.wait_s)
+                        continue  # its answer is stored now (or it gave up): look again
                     if streams and self.cfg.flight_max_bytes > 0:
                         self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
                     return CacheResult(status="miss",
@@ -223,6 +236,7 @@ class SemanticCache:
             self.metrics.backend_errors.labels("store").inc()
         finally:
             self._release(ticket, True)
+            await self._unclaim(ticket)
 
     async def _store(self, ticket: Ticket, completion: Completion) -> None:
         if not storable(completion.body):
@@ -248,6 +262,11 @@ class SemanticCache:
     async def abandon(self, ticket: object) -> None:
         if isinstance(ticket, Ticket) and not ticket.done:
             self._release(ticket, False)
+            await self._unclaim(ticket)
+
+    async def _unclaim(self, ticket: Ticket) -> None:
+        if ticket.flight is not None:
+            await self.claims.release(ticket.flight)
 
     def share(self, ticket: object, events: list[bytes]) -> Flight | None:
         live = self._flights.live.get(ticket.flight or "") if isinstance(ticket, Ticket) \
@@ -292,6 +311,7 @@ class SemanticCache:
                 fut.set_result(None)
         for live in self._flights.live.values():
             live.finish(False)
+        await self.claims.aclose()
         if self.embedder is not None:
             await self.embedder.aclose()
         if self.judge is not None:

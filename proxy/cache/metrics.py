@@ -56,3 +56,7 @@ class CacheMetrics:
             "proxy_cache_single_flight_broken_total",
             "Live followers ended with an error event: the stream they followed failed",
             registry=reg)
+        self.single_flight_remote_waits = Counter(
+            "proxy_cache_single_flight_remote_waits_total",
+            "Lookups that waited for an identical miss another proxy replica had claimed in "
+            "Redis, then looked again", registry=reg)

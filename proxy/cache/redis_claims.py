@@ -1,0 +1,126 @@
+"""Flight claims in Redis, for several proxy replicas sharing one cache (see claims.py).
+
+A claim is `SET {prefix}:f:{flight} <owner> NX PX ttl`; the owner refreshes it every ttl/3 while
+its upstream call runs, so a replica that dies mid-flight frees the flight within ttl. Release
+deletes the key only if this replica still owns it (a Lua check-and-delete) and publishes
+`{prefix}:fdone:{flight}`. Waiters listen on one pattern subscription per replica and also check
+every `check_s` that the key still exists (a lost message or a dead owner cannot hold them).
+Any Redis error means: lead (claim) or stop waiting (settled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+_RELEASE = ("if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end "
+            "return redis.call('publish', KEYS[2], '1')")
+_REFRESH = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+            "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0")
+
+
+class RedisClaims:
+    def __init__(self, url: str, prefix: str = "vsp", ttl_s: float = 10.0,
+                 check_s: float = 2.0) -> None:
+        self._r: Any = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.5)
+        self._p = prefix + ":"
+        self._ttl_ms = max(1, int(ttl_s * 1000))
+        self._check_s = check_s
+        self._owner = uuid.uuid4().hex
+        self._keepers: dict[str, asyncio.Task[None]] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._subscribed: asyncio.Event | None = None
+
+    async def claim(self, flight: str) -> bool:
+        try:
+            won = await self._r.set(self._p + "f:" + flight, self._owner, nx=True,
+                                    px=self._ttl_ms)
+        except (RedisError, OSError):
+            return True
+        if won:
+            self._keepers[flight] = asyncio.create_task(self._keep(flight))
+        return bool(won)
+
+    async def _keep(self, flight: str) -> None:
+        while True:
+            await asyncio.sleep(self._ttl_ms / 3000)
+            with contextlib.suppress(RedisError, OSError):
+                if not await self._r.eval(_REFRESH, 1, self._p + "f:" + flight, self._owner,
+                                          self._ttl_ms):
+                    return  # no longer ours (expired and taken): nothing to keep
+
+    async def release(self, flight: str) -> None:
+        keeper = self._keepers.pop(flight, None)
+        if keeper is None:
+            return
+        keeper.cancel()
+        with contextlib.suppress(RedisError, OSError):
+            await self._r.eval(_RELEASE, 2, self._p + "f:" + flight, self._p + "fdone:" + flight,
+                               self._owner)
+
+    async def settled(self, flight: str, wait_s: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(flight, []).append(fut)
+        deadline = time.monotonic() + wait_s
+        try:
+            with contextlib.suppress(TimeoutError):  # no subscription: the checks still work
+                await self._listen()
+            while time.monotonic() < deadline:
+                step = min(self._check_s, deadline - time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(fut), step)
+                    return
+                if not await self._r.exists(self._p + "f:" + flight):
+                    return  # released (message lost) or its owner died: look again
+        except (RedisError, OSError):
+            return
+        finally:
+            waiters = self._waiters.get(flight, [])
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._waiters.pop(flight, None)
+
+    async def _listen(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._subscribed = asyncio.Event()
+            self._listener = asyncio.create_task(self._run_listener(self._subscribed))
+        assert self._subscribed is not None
+        await asyncio.wait_for(self._subscribed.wait(), 2.0)
+
+    async def _run_listener(self, subscribed: asyncio.Event) -> None:
+        pubsub = self._r.pubsub()
+        cut = len(self._p + "fdone:")
+        try:
+            await pubsub.psubscribe(self._p + "fdone:*")
+            subscribed.set()
+            while True:
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if msg is None or msg.get("type") != "pmessage":
+                    continue
+                channel = msg["channel"]
+                flight = (channel.decode() if isinstance(channel, bytes) else channel)[cut:]
+                for fut in self._waiters.get(flight, []):
+                    if not fut.done():
+                        fut.set_result(None)
+        except (RedisError, OSError):
+            return  # waiters fall back to their existence checks; the next wait resubscribes
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()
+
+    async def aclose(self) -> None:
+        for flight in list(self._keepers):
+            await self.release(flight)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
+                await self._listener
+        await self._r.aclose()

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
+from proxy.cache.lookup import SemanticCache
+from proxy.cache.redis_claims import RedisClaims
+from tests.cache_support import chat, completion
+from tests.support.procs import Redis
+
+pytestmark = pytest.mark.redis
+Q = "How do I undo the last git commit?"
+
+
+async def replica(redis: Redis, registry: CollectorRegistry) -> SemanticCache:
+    cache = await open_cache(registry=registry,
+                             config=CacheConfig(mode="exact", redis_url=redis.url,
+                                                namespace="claims"))
+    assert cache is not None
+    return cache
+
+
+async def still_waiting(task: asyncio.Task[object]) -> bool:
+    try:
+        await asyncio.wait_for(asyncio.shield(task), 0.3)
+    except TimeoutError:
+        return True
+    return False
+
+
+async def test_twin_misses_on_two_replicas_share_one_upstream_call(redis: Redis) -> None:
+    reg_two = CollectorRegistry()
+    one, two = await replica(redis, CollectorRegistry()), await replica(redis, reg_two)
+    try:
+        lead = await one.lookup(chat(Q))
+        assert lead.status == "miss" and lead.ticket is not None
+        twin = asyncio.create_task(two.lookup(chat(Q)))
+        assert await still_waiting(twin)  # replica two holds its request back ...
+        await one.store(lead.ticket, completion("git reset --soft HEAD~1"))
+        got = await asyncio.wait_for(twin, 5)  # ... and serves the stored answer
+        assert (got.status, got.tier) == ("hit", "exact")
+        assert got.answer is not None
+        assert got.answer["choices"][0]["message"]["content"] == "git reset --soft HEAD~1"
+        assert reg_two.get_sample_value("proxy_cache_single_flight_remote_waits_total") == 1
+        other = await two.lookup(chat("How do I undo the last git push?"))
+        assert other.status == "miss"  # another question is another flight
+        await two.abandon(other.ticket)
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_an_abandoned_flight_hands_the_lead_over(redis: Redis) -> None:
+    one, two = await replica(redis, CollectorRegistry()), await replica(redis, CollectorRegistry())
+    try:
+        lead = await one.lookup(chat(Q))
+        twin = asyncio.create_task(two.lookup(chat(Q)))
+        assert await still_waiting(twin)
+        await one.abandon(lead.ticket)  # the upstream call failed: nothing stored
+        took_over = await asyncio.wait_for(twin, 5)
+        assert took_over.status == "miss" and took_over.ticket is not None  # replica two leads
+        third = asyncio.create_task(one.lookup(chat(Q)))
+        assert await still_waiting(third)  # and now replica one waits for it
+        await two.store(took_over.ticket, completion("git revert HEAD"))
+        assert (await asyncio.wait_for(third, 5)).status == "hit"
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_a_dead_owner_frees_its_flight_within_the_ttl(redis: Redis) -> None:
+    a = RedisClaims(redis.url, "dead", ttl_s=0.6, check_s=0.1)
+    b = RedisClaims(redis.url, "dead", ttl_s=0.6, check_s=0.1)
+    try:
+        assert await a.claim("f1")
+        assert not await b.claim("f1")
+        a._keepers.pop("f1").cancel()  # the owner dies: no refresh, no release
+        start = time.monotonic()
+        await b.settled("f1", 10)
+        assert time.monotonic() - start < 3
+        assert await b.claim("f1")
+        await b.release("f1")
+        assert await a.claim("f1")  # released: free again
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_live_owner_keeps_its_claim_past_the_ttl(redis: Redis) -> None:
+    a = RedisClaims(redis.url, "keep", ttl_s=0.3, check_s=0.05)
+    b = RedisClaims(redis.url, "keep", ttl_s=0.3, check_s=0.05)
+    try:
+        assert await a.claim("f")
+        waiter = asyncio.create_task(b.settled("f", 10))
+        done, _ = await asyncio.wait([waiter], timeout=1.0)  # > 3 TTLs
+        assert not done  # refreshed: still claimed
+        await a.release("f")
+        await asyncio.wait_for(waiter, 2)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_redis_down_means_lead_and_no_wait() -> None:
+    c = RedisClaims("redis://127.0.0.1:1", "down")
+    try:
+        assert await c.claim("f")
+        start = time.monotonic()
+        await c.settled("f", 30)
+        assert time.monotonic() - start < 5
+        await c.release("f")
+    finally:
+        await c.aclose()
