@@ -225,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=16, help="the replicas' KV block size")
     p.add_argument("--vllm-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a flag for both replicas (python -m deploy backend --set)")
+    p.add_argument("--gpus", type=int, choices=(1, 2), default=2,
+                   help="1: both replicas on GPU 0 (they share its compute: compare hit rates "
+                        "and balance, not latency against a 2-GPU run)")
+    p.add_argument("--share", type=float, default=0.45,
+                   help="with --gpus 1: each replica's gpu-memory-utilization")
     p.add_argument("--report", action="store_true", help="only rebuild the report")
     a = p.parse_args(argv)
     a.results.mkdir(parents=True, exist_ok=True)
@@ -239,9 +244,19 @@ def main(argv: list[str] | None = None) -> int:
         kv = (kv_bytes(a.model, a.tenants, a.prefix_words, a.kv_fraction)
               if a.kv_fraction > 0 else None)
         print(f"KV cache per replica: {kv} bytes", flush=True)
-        with ThreadPoolExecutor(2) as pool:  # both replicas start at once (minutes each)
-            starting = [pool.submit(vllm, f"vllm-gpu{g}", a, g, 8101 + g, kv) for g in (0, 1)]
-        v0, v1 = (f.result() for f in starting)
+        if a.gpus == 1:  # two replicas share GPU 0, started one after the other
+            a.vllm_set = [f"gpu-memory-utilization={a.share}", *a.vllm_set]
+            v0 = vllm("vllm-a", a, 0, 8101, kv)
+            try:
+                v1 = vllm("vllm-b", a, 0, 8102, kv)
+            except BaseException:
+                v0.stop()
+                raise
+        else:
+            with ThreadPoolExecutor(2) as pool:  # both replicas start at once (minutes each)
+                starting = [pool.submit(vllm, f"vllm-gpu{g}", a, g, 8101 + g, kv)
+                            for g in (0, 1)]
+            v0, v1 = (f.result() for f in starting)
         with v0, v1:
             print(f"replicas up after {time.monotonic() - started:.0f} s", flush=True)
             replicas = [v0.url, v1.url]
