@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tools.judge.corpus import build
 
@@ -37,3 +38,40 @@ def test_splits_are_big_disjoint_by_family_and_cover_every_kind_and_domain() -> 
         same = sum(p["same"] for p in pairs)
         assert 0.35 < same / len(pairs) < 0.65
         assert all(p["a"].lower() != p["b"].lower() for p in pairs)
+
+
+def written(folder: Path, lines: list[dict[str, object]]) -> Path:
+    folder.mkdir()
+    (folder / "a.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    return folder
+
+
+def family(name: str, **over: object) -> dict[str, object]:
+    return {"family": name, "domain": "cooking", **over,
+            "same": over.get("same", [f"How long do I bake {name} bread?",
+                                      f"{name} bread: oven time?",
+                                      f"baking time for a {name} loaf"]),
+            "contrasts": over.get("contrasts", [["unit", f"{name} bread bake time in hours?"],
+                                                ["negation", f"bake {name} bread without yeast"]])}
+
+
+def test_written_families_land_whole_in_one_split(tmp_path: Path) -> None:
+    names = [f"w{i}" for i in range(10)]
+    built = build(11, written(tmp_path / "f", [family(n) for n in names]))
+    where = {n: {s for s, pairs in built.items() for p in pairs if p["family"] == n}
+             for n in names}
+    assert all(len(splits) == 1 for splits in where.values())
+    assert sorted(s for splits in where.values() for s in splits).count("test") == 2
+    w0 = [p for pairs in built.values() for p in pairs if p["family"] == "w0"]
+    assert sum(p["same"] for p in w0) == 3  # the three paraphrases pairwise
+    assert {p["kind"] for p in w0 if not p["same"]} >= {"unit", "negation"}
+
+
+def test_a_malformed_family_stops_the_build_with_its_place(tmp_path: Path) -> None:
+    for bad, said in ((family("x", domain="sports"), "a.jsonl:2: unknown domain"),
+                      (family("x", contrasts=[["opposite", "q"]]), "unknown kinds"),
+                      (family("x", same=["only one"]), "fewer than two"),
+                      (family("ok"), "repeated name")):
+        folder = tmp_path / str(id(bad))
+        with pytest.raises(SystemExit, match=said):
+            build(11, written(folder, [family("ok"), bad]))
