@@ -45,3 +45,28 @@ def test_pick_tests_thresholds_from_the_top_and_stops_at_the_first_failure() -> 
     assert pick([Row(2.0, 400, 10, 0.04), *rows[2:]], 0.01) == math.inf  # the first fails
     assert pick([Row(5.0, 0, 0, 1.0), *rows[1:3]], 0.01) == 1.0  # no hits: no evidence
     assert pick(rows[:1], 0.01) == math.inf  # never enough hits
+
+
+def test_a_family_that_errs_together_widens_the_bound() -> None:
+    # 10 families of 10 pairs, every pair passes; one family is wrong throughout
+    families = [f"f{i // 10}" for i in range(100)]
+    same = [f != "f0" for f in families]
+    scores = [1.0] * 100
+    by_pair = table(scores, same, [0.5])[0]
+    by_family = table(scores, same, [0.5], families=families)[0]
+    assert (by_family.hits, by_family.false_hits) == (100, 10)
+    assert by_pair.upper == pytest.approx(upper_bound(10, 100))  # ~0.16: pairs as trials
+    # resampling families: drawing the bad one 3 times in 10 is within the 95 % quantile
+    assert by_family.upper == pytest.approx(0.3)
+    assert table(scores, same, [0.5], families=families) == [by_family]  # seeded
+
+
+def test_family_bound_never_below_the_pair_bound() -> None:
+    families = [f"f{i}" for i in range(200)]  # one pair per family: independent trials
+    same = [i % 25 != 0 for i in range(200)]
+    scores = [i / 200 for i in range(200)]
+    rows = table(scores, same, [0.0, 0.5], families=families)
+    plain = table(scores, same, [0.0, 0.5])
+    for r, p in zip(rows, plain, strict=True):
+        assert (r.hits, r.false_hits) == (p.hits, p.false_hits)
+        assert r.upper >= p.upper

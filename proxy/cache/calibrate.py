@@ -66,14 +66,50 @@ def interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
 
 
 def table(scores: Sequence[float], same: Sequence[bool], thresholds: Sequence[float],
-          confidence: float = 0.95) -> list[Row]:
-    """One row per threshold, highest first."""
+          confidence: float = 0.95, families: Sequence[str] | None = None,
+          resamples: int = 2000, seed: int = 0) -> list[Row]:
+    """One row per threshold, highest first.
+
+    With `families` (which family each pair comes from) the bound is also taken over
+    families: pairs of one family share a topic and template and err together, so they are
+    not independent trials, and new questions come from new families. The row's bound is then
+    the larger of Clopper-Pearson over pairs and the `confidence` quantile of the false-hit
+    rate over a bootstrap that resamples whole families (a resample without hits counts as
+    rate 1: no evidence)."""
+    ordered = sorted(thresholds, reverse=True)
     rows = []
-    for t in sorted(thresholds, reverse=True):
+    for t in ordered:
         hits = [y for s, y in zip(scores, same, strict=True) if s >= t]
         false = hits.count(False)
         rows.append(Row(t, len(hits), false, upper_bound(false, len(hits), confidence)))
-    return rows
+    if families is None:
+        return rows
+    cluster = _cluster_bounds(scores, same, ordered, families, confidence, resamples, seed)
+    return [Row(r.threshold, r.hits, r.false_hits, max(r.upper, c))
+            for r, c in zip(rows, cluster, strict=True)]
+
+
+def _cluster_bounds(scores: Sequence[float], same: Sequence[bool], thresholds: Sequence[float],
+                    families: Sequence[str], confidence: float, resamples: int,
+                    seed: int) -> list[float]:
+    import numpy as np
+
+    names = sorted(set(families))
+    index = {f: i for i, f in enumerate(names)}
+    fam = np.array([index[f] for f in families])
+    s = np.asarray(scores, dtype=np.float64)
+    wrong = ~np.asarray(same, dtype=bool)
+    t = np.asarray(thresholds, dtype=np.float64)
+    passes = s[:, None] >= t[None, :]  # pairs x thresholds
+    hits = np.zeros((len(names), len(t)))
+    false = np.zeros((len(names), len(t)))
+    np.add.at(hits, fam, passes)
+    np.add.at(false, fam, passes & wrong[:, None])
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(len(names), [1 / len(names)] * len(names), size=resamples)
+    h, f = weights @ hits, weights @ false  # resamples x thresholds
+    rate = np.where(h > 0, f / np.maximum(h, 1), 1.0)
+    return [float(x) for x in np.quantile(rate, confidence, axis=0)]
 
 
 def pick(rows: Sequence[Row], rate: float, confidence: float = 0.95) -> float:

@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     judge = Judge.open(0.01, args.out, threads=args.threads)
     logits = judge.logits([(p["a"], p["b"]) for p in dev])
     scores = gated(logits, cosines(dev), dev, args.floor)
-    rows = table(scores, [bool(p["same"]) for p in dev], THRESHOLDS)
+    rows = table(scores, [bool(p["same"]) for p in dev], THRESHOLDS,
+                 families=[p["family"] for p in dev])
     meta["table"] = [[r.threshold, r.hits, r.false_hits, round(r.upper, 6)] for r in rows]
     (args.out / "judge.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2))
     positives = sum(p["same"] for p in dev)
