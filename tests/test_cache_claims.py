@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -73,10 +75,20 @@ async def test_an_abandoned_flight_hands_the_lead_over(redis: Redis) -> None:
         await two.aclose()
 
 
-async def test_a_dead_owner_frees_its_flight_within_the_ttl(redis: Redis) -> None:
-    a = RedisClaims(redis.url, "dead", ttl_s=0.6, check_s=0.1)
-    b = RedisClaims(redis.url, "dead", ttl_s=0.6, check_s=0.1)
+@contextlib.asynccontextmanager
+async def two(redis: Redis, prefix: str, ttl_s: float,
+              check_s: float) -> AsyncIterator[tuple[RedisClaims, RedisClaims]]:
+    a = RedisClaims(redis.url, prefix, ttl_s=ttl_s, check_s=check_s)
+    b = RedisClaims(redis.url, prefix, ttl_s=ttl_s, check_s=check_s)
     try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_dead_owner_frees_its_flight_within_the_ttl(redis: Redis) -> None:
+    async with two(redis, "dead", 0.6, 0.1) as (a, b):
         assert await a.claim("f1")
         assert not await b.claim("f1")
         a._keepers.pop("f1").cancel()  # the owner dies: no refresh, no release
@@ -86,24 +98,16 @@ async def test_a_dead_owner_frees_its_flight_within_the_ttl(redis: Redis) -> Non
         assert await b.claim("f1")
         await b.release("f1")
         assert await a.claim("f1")  # released: free again
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_a_live_owner_keeps_its_claim_past_the_ttl(redis: Redis) -> None:
-    a = RedisClaims(redis.url, "keep", ttl_s=0.3, check_s=0.05)
-    b = RedisClaims(redis.url, "keep", ttl_s=0.3, check_s=0.05)
-    try:
+    async with two(redis, "keep", 0.3, 0.05) as (a, b):
         assert await a.claim("f")
         waiter = asyncio.create_task(b.settled("f", 10))
         done, _ = await asyncio.wait([waiter], timeout=1.0)  # > 3 TTLs
         assert not done  # refreshed: still claimed
         await a.release("f")
         await asyncio.wait_for(waiter, 2)
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 async def test_redis_down_means_lead_and_no_wait() -> None:
