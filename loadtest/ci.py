@@ -1,6 +1,6 @@
 """Repeats and intervals: one run of a load test is one sample of a noisy system.
 
-`--repeats K` runs the same seeded workload K times; each headline metric is reported as the
+`--repeats K` runs the workload K times (seeds --seed .. --seed+K-1); each headline metric is the
 mean with a two-sided 95 % Student-t interval over the K runs, and `compare` marks a difference
 from the baseline that Welch's t-test (5 %) does not support as not significant ("n.s.").
 """

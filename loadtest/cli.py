@@ -22,8 +22,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokenizer", default=None, metavar="PATH",
                    help="HF tokenizer: exact random prompt sizes; counts tokens without usage")
     w = p.add_argument_group("workload")
-    w.add_argument("--workload", choices=("random", "sharegpt", "prefix", "cache"),
-                   default="random")
+    w.add_argument("--workload", choices=("random", "sharegpt", "prefix", "cache", "repeat"),
+                   default="random",
+                   help="repeat: random prompts, a share --repeat-ratio of them exact repeats "
+                        "(Zipf by --zipf): the cache's mix at any rate")
     w.add_argument("--seed", type=int, default=0, help="seeds every random choice")
     w.add_argument("--input-len", type=int, default=128)
     w.add_argument("--output-len", type=int, default=32)
@@ -37,7 +39,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--num-prefixes", type=int, default=4)
     w.add_argument("--cache-questions", type=int, default=200,
                    help="cache workload: distinct canonical questions to draw from")
-    w.add_argument("--repeat-ratio", type=float, default=0.3)
+    w.add_argument("--repeat-ratio", type=float, default=0.3,
+                   help="cache and repeat workloads: share of exact repeats")
     w.add_argument("--paraphrase-ratio", type=float, default=0.2)
     w.add_argument("--near-miss-ratio", type=float, default=0.1)
     w.add_argument("--zipf", type=float, default=1.0, help="popularity exponent (0: uniform)")
@@ -56,7 +59,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="client processes sharing one schedule (auto: by the expected chunk "
                         "rate, at most half the cores)")
     s.add_argument("--repeats", type=int, default=1,
-                   help="run the same seeded workload K times: means with 95%% intervals")
+                   help="run K times (seeds --seed, --seed+1, ...): means with 95%% intervals")
     o = p.add_argument_group("output")
     o.add_argument("--percentile-metrics", default="ttft,tpot,itl")
     o.add_argument("--metric-percentiles", default="99")

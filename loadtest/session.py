@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import datetime
 import itertools
 import math
@@ -50,7 +51,7 @@ def plan(a: argparse.Namespace) -> Plan:
 
 def client_config(a: argparse.Namespace, target: str, model: str) -> ClientConfig:
     temperature = a.temperature
-    if temperature is None and a.workload == "cache":
+    if temperature is None and a.workload in ("cache", "repeat"):
         temperature = 0.0  # reference answers need greedy decoding
     return ClientConfig(
         base_url=target, model=model, endpoint=a.endpoint, stream=not a.no_stream,
@@ -86,10 +87,18 @@ async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
     runs: list[dict[str, Any]] = []
     for i in range(a.repeats):
         if a.repeats > 1:
-            print(f"-- repeat {i + 1}/{a.repeats}", flush=True)
-        out, res = await measure_once(a, target, tok)
+            print(f"-- repeat {i + 1}/{a.repeats} (seed {a.seed + i})", flush=True)
+        # each repeat its own sample of the workload (and, behind a cache, no repeat replays
+        # the prompts the previous one left in it)
+        out, res = await measure_once(_seeded(a, a.seed + i), target, tok)
         runs.append(res)
     return out, (ci.merge(runs) if len(runs) > 1 else runs[0])
+
+
+def _seeded(a: argparse.Namespace, seed: int) -> argparse.Namespace:
+    p = copy.copy(a)
+    p.seed = seed
+    return p
 
 
 async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None

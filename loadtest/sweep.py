@@ -107,9 +107,15 @@ def saturated(res: dict[str, Any], offered: float, base_ttft: float | None) -> b
     return base_ttft is not None and ttft is not None and ttft > TTFT_GROWTH_MAX * base_ttft
 
 
-def point_args(a: argparse.Namespace, rate: float, slo: dict[str, float]) -> argparse.Namespace:
+def point_args(a: argparse.Namespace, rate: float, slo: dict[str, float],
+               index: int = 0) -> argparse.Namespace:
+    """Point `index` of the sweep: its own seed (--seed + index), so behind a cache no point
+    replays the prompts an earlier one left in it."""
     p = copy.copy(a)
-    p.request_rate, p.duration, p.num_prompts, p.repeats = rate, a.point_duration, None, 1
+    p.request_rate, p.num_prompts, p.repeats = rate, None, 1
+    # the window measured is --point-duration; a ramp-up and a drain are sent around it
+    p.duration = a.point_duration + a.warmup_seconds + a.cooldown_seconds
+    p.seed = a.seed + index
     metrics = set(a.percentile_metrics.split(",")) | {k.split("_")[1] for k in slo}
     p.percentile_metrics = ",".join(sorted(metrics))
     if "99" not in a.metric_percentiles.split(","):
@@ -132,9 +138,10 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
     points: list[dict[str, Any]] = []
 
     def run(rate: float, phase: str) -> dict[str, Any]:
-        res = measure(point_args(a, rate, slo))
+        res = measure(point_args(a, rate, slo, len(points)))
         base = points[0]["mean_ttft_ms"] if points else None
-        sent = sent_rate(res, a.point_duration)
+        sent = sent_rate(res, float((res.get("windows") or {}).get("steady_s")
+                                    or a.point_duration))
         pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
               "achieved_rate": res.get("request_throughput"),
               "mean_ttft_ms": res.get("mean_ttft_ms"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.cachework import cache_stream
+from loadtest.cachework import cache_stream, zipf_pick
 from loadtest.request import Request, WorkloadConfig
 from loadtest.tokens import Tokenizer
 
@@ -135,6 +136,25 @@ def sharegpt_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Requ
                       cfg.ignore_eos, user=user)
 
 
+def repeat_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    """Random prompts where a share `--repeat-ratio` of the requests resends an earlier request
+    unchanged (prompt and max_tokens), chosen by Zipf popularity over the ones sent so far, the
+    earliest the most popular: an exact-repeat mix whose ratio holds at any rate and length,
+    where the cache workload's question pool (213 questions) runs dry at GPU rates."""
+    rng = np.random.default_rng([cfg.seed, 1])  # its own stream: the fresh prompts stay random's
+    ratio, s = float(cfg.cache.get("repeat", 0.3)), float(cfg.cache.get("zipf", 1.0))
+    fresh = random_stream(cfg, tok)
+    sent: list[Request] = []
+    for i in itertools.count():
+        if sent and rng.random() < ratio:
+            first = sent[zipf_pick(rng, list(range(len(sent))), s)]
+            yield dataclasses.replace(first, index=i, kind="repeat")
+            continue
+        new = dataclasses.replace(next(fresh), index=i, canonical_id=f"p{i}", kind="new")
+        sent.append(new)
+        yield new
+
+
 def stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
     """The workload's requests; bad settings raise ValueError here, not on first use."""
     it: Iterator[Request]
@@ -146,6 +166,8 @@ def stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
         it = sharegpt_stream(cfg, tok)
     elif cfg.name == "cache":
         it = cache_stream(cfg)
+    elif cfg.name == "repeat":
+        it = repeat_stream(cfg, tok)
     else:
         raise ValueError(f"unknown workload {cfg.name!r}")
     return itertools.chain([next(it)], it)

@@ -119,4 +119,6 @@ def test_repeats_give_intervals_end_to_end(mock_url, tmp_path, capsys):
     assert len(res["runs"]) == 3 and res["repeats"]["mean_ttft_ms"]["n"] == 3
     low, high = res["repeats"]["mean_ttft_ms"]["low"], res["repeats"]["mean_ttft_ms"]["high"]
     assert low <= res["mean_ttft_ms"] <= high
-    assert "Over 3 repeats" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Over 3 repeats" in printed
+    assert "repeat 3/3 (seed 2)" in printed  # each repeat its own sample of the workload

@@ -33,9 +33,11 @@ def args(*extra: str) -> argparse.Namespace:
 
 def test_ladder_stops_at_saturation_and_bisects_the_slo(tmp_path) -> None:
     seen: list[float] = []
+    seeds: list[int] = []
 
     def measure(p: argparse.Namespace) -> dict[str, Any]:
         seen.append(p.request_rate)
+        seeds.append(p.seed)
         assert p.duration == 3.0 and p.num_prompts is None
         return modelled(p)
 
@@ -47,6 +49,7 @@ def test_ladder_stops_at_saturation_and_bisects_the_slo(tmp_path) -> None:
     assert s["knee_rate"] == 40
     # p99 TTFT = 2 * (20 + 100 (r/40 - 0.5)^2) <= 100  <=>  r <= 40 (0.5 + sqrt(0.3)) = 41.9
     assert 40.0 <= s["goodput_rate"] <= 41.91
+    assert seeds == list(range(len(seen)))  # no point replays an earlier one's prompts
     files = sorted(p.name for p in tmp_path.iterdir())
     assert "sweep.json" in files and "sweep.png" in files
     assert len([f for f in files if f.startswith("point-")]) == len(seen)
@@ -72,3 +75,20 @@ def test_sweep_finds_the_mocks_known_capacity(tmp_path) -> None:
     s = json.loads((tmp_path / "sweep.json").read_text())
     assert s["knee_rate"] is not None and s["saturation_rate"] is not None
     assert s["knee_rate"] < capacity <= s["saturation_rate"]
+
+
+def test_a_ramp_up_is_sent_around_the_window_and_not_counted_in_the_rate(tmp_path) -> None:
+    durations: list[float] = []
+
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        durations.append(p.duration)
+        res = modelled(p)
+        res["completed"] = int(p.request_rate * 4)  # only the 4 s window's requests count
+        res["windows"] = {"steady_s": 4.0}
+        return res
+
+    s = sweep(args("--rates", "5,10", "--point-duration", "4", "--warmup-seconds", "2",
+                   "--out", str(tmp_path)), measure)
+    assert durations == [6.0, 6.0]
+    assert [p["sent_rate"] for p in s["points"]] == [5.0, 10.0]
+    assert not any(p["saturated"] for p in s["points"])

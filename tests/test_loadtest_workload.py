@@ -30,6 +30,29 @@ def test_random_with_a_tokenizer_hits_exact_token_counts():
     assert all(r.ignore_eos for r in reqs)
 
 
+def test_repeat_workload_holds_its_repeat_ratio_and_resends_whole_requests():
+    cfg = WorkloadConfig(name="repeat", seed=3, input_len=30, output_len=20, range_ratio=0.5,
+                         cache={"repeat": 0.6, "zipf": 1.0})
+    reqs = take(cfg, 2000)
+    assert [r.index for r in reqs] == list(range(2000))
+    first: dict[str, tuple[str, int]] = {}
+    for r in reqs:
+        if r.kind == "new":
+            assert r.canonical_id == f"p{r.index}"
+            assert r.prompt not in {p for p, _ in first.values()}
+            first[r.canonical_id] = (r.prompt, r.max_tokens)
+        else:  # the very request sent before: prompt and length (both are in the cache's key)
+            assert r.kind == "repeat" and first[r.canonical_id] == (r.prompt, r.max_tokens)
+    late = reqs[1000:]  # the ratio holds however long the run: no pool to run dry
+    assert 0.55 < sum(r.kind == "repeat" for r in late) / len(late) < 0.65
+    popular = sum(r.canonical_id == reqs[0].canonical_id for r in reqs if r.kind == "repeat")
+    assert popular > 60  # Zipf: the first prompt is the most repeated
+    assert [r.prompt for r in take(cfg, 50)] == [r.prompt for r in reqs[:50]]
+    other = WorkloadConfig(name="repeat", seed=4, input_len=30, output_len=20,
+                           cache={"repeat": 0.6})
+    assert [r.prompt for r in take(other, 5)] != [r.prompt for r in reqs[:5]]
+
+
 def test_prefix_workload_shares_prefixes():
     cfg = WorkloadConfig(name="prefix", prefix_len=30, suffix_len=5, num_prefixes=2)
     reqs = take(cfg, 20)
