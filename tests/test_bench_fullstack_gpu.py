@@ -1,0 +1,32 @@
+"""bench/fullstack_gpu.py's report: goodput per target, the ratio, the cache at the goodput
+point."""
+
+import argparse
+import json
+
+from bench.fullstack_gpu import report
+
+
+def write(tmp_path, ratio, target, goodput, hit_share=None):
+    folder = tmp_path / f"r{ratio}-{target}"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps(
+        {"goodput_rate": goodput, "knee_rate": goodput * 1.5, "saturation_rate": goodput * 2.25}))
+    for i, rate in enumerate((goodput / 1.5, goodput, goodput * 1.5)):
+        cache = {} if hit_share is None else {"hit_share": hit_share + i / 100,
+                                              "wrong_cached_answers": 0}
+        (folder / f"point-{i + 1:02d}-{rate:g}.json").write_text(
+            json.dumps({"request_rate": rate, "cache": cache}))
+
+
+def test_goodput_ratio_and_the_hit_rate_at_the_goodput_point(tmp_path):
+    write(tmp_path, "0.3", "direct", 20.0)
+    write(tmp_path, "0.3", "fullstack", 27.0, hit_share=0.29)
+    write(tmp_path, "0.6", "direct", 18.0)  # its full-stack sweep never finished
+    a = argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0)
+    text = report(a)
+    assert "| 0.3 | fullstack | 27.0 | 40.5 | 60.75 | 0.30 | 0 |" in text
+    assert "| 0.3 | **ratio** | **1.35×** |" in text
+    assert "| 0.6 | direct | 18.0 |" in text and "0.6 | **ratio**" not in text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["0.3"]["goodput_ratio"] == 1.35 and "goodput_ratio" not in summary["0.6"]
