@@ -5,8 +5,12 @@ Each point is an open-loop run (Poisson arrivals at the offered rate for --point
 then a drain). A point is saturated when the server no longer keeps up: it completed less
 than 90 % of the offered rate, or its mean TTFT grew past 3x the lightest point's (requests
 queue). "Offered" is what was actually sent in the window (Poisson counts vary around the
-nominal rate), so a short point is not called saturated for drawing few arrivals. The ladder
-stops at the first saturated point; the knee is the last rate before it.
+nominal rate), so a short point is not called saturated for drawing few arrivals. Without an
+SLO the ladder stops at the first saturated point; the knee is the last rate before it. With
+one, a point whose TTFT grew but still meets the SLO does not stop it (queueing that the SLO
+allows is still goodput): the ladder goes on until a point misses the SLO or falls behind the
+offered rate, so the bisection has a rate above the goodput to close on. When no rate tried
+missed the SLO, the goodput is only a lower bound, and is reported so ("goodput_bounded").
 Every point's result is written as JSON; a PNG shows throughput and latency against load.
 """
 
@@ -100,8 +104,13 @@ def sent_rate(res: dict[str, Any], window: float) -> float:
     return float(res.get("completed", 0) + res.get("failed", 0)) / window
 
 
+def behind(res: dict[str, Any], offered: float) -> bool:
+    return bool(res.get("completed", 0) == 0
+                or res["request_throughput"] < ACHIEVED_MIN * offered)
+
+
 def saturated(res: dict[str, Any], offered: float, base_ttft: float | None) -> bool:
-    if res.get("completed", 0) == 0 or res["request_throughput"] < ACHIEVED_MIN * offered:
+    if behind(res, offered):
         return True
     ttft = res.get("mean_ttft_ms")
     return base_ttft is not None and ttft is not None and ttft > TTFT_GROWTH_MAX * base_ttft
@@ -145,7 +154,8 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
         pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
               "achieved_rate": res.get("request_throughput"),
               "mean_ttft_ms": res.get("mean_ttft_ms"),
-              "saturated": saturated(res, sent, base), "meets_slo": meets(res, slo),
+              "saturated": saturated(res, sent, base), "behind": behind(res, sent),
+              "meets_slo": meets(res, slo),
               **{k: res.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
                                          "output_throughput", "completed", "failed")}}
         points.append(pt)
@@ -159,21 +169,26 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
         return pt
 
     for rate in ladder(a):
-        if run(rate, "ladder")["saturated"]:
+        pt = run(rate, "ladder")
+        if pt["saturated"] and (not slo or pt["behind"] or not pt["meets_slo"]):
             break
-    ok = [p for p in points if not p["saturated"]]
-    knee = max((p["offered_rate"] for p in ok), default=None)
+    first_sat = next((p["offered_rate"] for p in points if p["saturated"]), None)
+    knee = max((p["offered_rate"] for p in points
+                if not p["saturated"] and (first_sat is None or p["offered_rate"] < first_sat)),
+               default=None)
     goodput = _bisect(a, slo, points, run) if slo else None
-    summary = {"points": points, "knee_rate": knee,
-               "saturation_rate": next((p["offered_rate"] for p in points if p["saturated"]),
-                                       None),
-               "slo": {k: v for k, v in slo.items()}, "goodput_rate": goodput}
+    bounded = any(not p["meets_slo"] for p in points) if slo else None
+    summary = {"points": points, "knee_rate": knee, "saturation_rate": first_sat,
+               "slo": {k: v for k, v in slo.items()}, "goodput_rate": goodput,
+               "goodput_bounded": bounded}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
     png = _plot(points, out / "sweep.png", knee, goodput)
     print(f"knee: {knee} req/s (last rate before saturation)" if knee is not None
           else "knee: saturated at the first rate; start lower", flush=True)
     if slo:
-        print(f"goodput: highest rate meeting the SLO: {goodput} req/s", flush=True)
+        print(f"goodput: highest rate meeting the SLO: {goodput} req/s"
+              + ("" if bounded else " (a lower bound: no rate tried missed the SLO; raise "
+                 "--max-rate)"), flush=True)
     print(f"wrote {out}/sweep.json, {len(points)} point JSONs and {png.name}", flush=True)
     return summary
 

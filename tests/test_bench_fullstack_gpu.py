@@ -7,11 +7,13 @@ import json
 from bench.fullstack_gpu import report
 
 
-def write(tmp_path, ratio, target, goodput, hit_share=None):
+def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True):
     folder = tmp_path / f"r{ratio}-{target}"
     folder.mkdir()
     (folder / "sweep.json").write_text(json.dumps(
-        {"goodput_rate": goodput, "knee_rate": goodput * 1.5, "saturation_rate": goodput * 2.25}))
+        {"goodput_rate": goodput, "knee_rate": goodput * 1.5, "saturation_rate": goodput * 2.25,
+         "points": [{"meets_slo": bounded is None}] if bounded is None else [],
+         **({} if bounded is None else {"goodput_bounded": bounded})}))
     for i, rate in enumerate((goodput / 1.5, goodput, goodput * 1.5)):
         cache = {} if hit_share is None else {"hit_share": hit_share + i / 100,
                                               "wrong_cached_answers": 0}
@@ -30,3 +32,14 @@ def test_goodput_ratio_and_the_hit_rate_at_the_goodput_point(tmp_path):
     assert "| 0.6 | direct | 18.0 |" in text and "0.6 | **ratio**" not in text
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["0.3"]["goodput_ratio"] == 1.35 and "goodput_ratio" not in summary["0.6"]
+    assert summary["0.3"]["goodput_ratio_is"] == "exact"
+
+
+def test_a_goodput_no_missed_rate_bounds_makes_the_ratio_a_bound(tmp_path):
+    write(tmp_path, "0.3", "direct", 27.0, bounded=None)  # an old sweep: all points met the SLO
+    write(tmp_path, "0.3", "fullstack", 50.0, hit_share=0.29)
+    write(tmp_path, "0.6", "direct", 37.0)
+    write(tmp_path, "0.6", "fullstack", 60.0, hit_share=0.59, bounded=False)
+    text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0))
+    assert "| 0.3 | direct | ≥ 27.0 |" in text and "**≤ 1.85×**" in text
+    assert "| 0.6 | fullstack | ≥ 60.0 |" in text and "**≥ 1.62×**" in text

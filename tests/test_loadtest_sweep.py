@@ -92,3 +92,31 @@ def test_a_ramp_up_is_sent_around_the_window_and_not_counted_in_the_rate(tmp_pat
     assert durations == [6.0, 6.0]
     assert [p["sent_rate"] for p in s["points"]] == [5.0, 10.0]
     assert not any(p["saturated"] for p in s["points"])
+
+
+def queueing(p: argparse.Namespace) -> dict[str, Any]:
+    """Keeps up with every rate tried, but its TTFT grows with the load (requests queue)."""
+    ttft = 10.0 + p.request_rate ** 2 / 10
+    return {"completed": int(p.request_rate * p.duration), "failed": 0,
+            "request_throughput": p.request_rate, "mean_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft,
+            "p99_tpot_ms": 10.0}
+
+
+def test_with_an_slo_the_ladder_goes_past_ttft_growth_until_the_slo_is_missed(tmp_path) -> None:
+    a = args("--rates", "5,10,20,40,80,160", "--point-duration", "3", "--slo", "ttft_p99:400",
+             "--bisect-steps", "6", "--out", str(tmp_path))
+    s = sweep(a, queueing)
+    ladder = [p["offered_rate"] for p in s["points"] if p["phase"] == "ladder"]
+    assert ladder == [5, 10, 20, 40, 80]  # 20: TTFT 4x the lightest point's, SLO still met
+    assert s["knee_rate"] == 10 and s["saturation_rate"] == 20
+    # p99 = 2 (10 + r^2 / 10) <= 400  <=>  r <= 43.6
+    assert 42.5 <= s["goodput_rate"] <= 43.6 and s["goodput_bounded"] is True
+
+
+def test_a_goodput_no_rate_bounds_is_reported_as_a_lower_bound(tmp_path, capsys) -> None:
+    s = sweep(args("--rates", "5,10,20", "--point-duration", "3", "--slo", "ttft_p99:5000",
+                   "--out", str(tmp_path)), queueing)
+    assert s["goodput_rate"] == 20 and s["goodput_bounded"] is False
+    assert "a lower bound" in capsys.readouterr().out
+    assert sweep(args("--rates", "5,10,20", "--point-duration", "3", "--out", str(tmp_path)),
+                 queueing)["goodput_bounded"] is None
