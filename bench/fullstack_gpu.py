@@ -97,6 +97,39 @@ def report(a: argparse.Namespace) -> str:
     return text
 
 
+def plot(a: argparse.Namespace, path: Path) -> Path:
+    """TTFT p99 against the achieved rate, every sweep point, one line per (ratio, target)."""
+    from bench.plots import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for folder in sorted(a.results.glob("r*-*/")):
+        s = json.loads((folder / "sweep.json").read_text()) if (folder / "sweep.json").exists() \
+            else None
+        if not s:
+            continue
+        pts = sorted(s["points"], key=lambda p: p["achieved_rate"] or 0)
+        ratio, target = folder.name[1:].split("-", 1)
+        ax.plot([p["achieved_rate"] for p in pts], [p["p99_ttft_ms"] for p in pts],
+                marker="o", linestyle="-" if target == "fullstack" else "--",
+                label=f"{'proxy + exact cache' if target == 'fullstack' else 'vLLM alone'}, "
+                      f"{float(ratio):.0%} repeats")
+    slo = dict(item.split(":") for item in a.slo.split(","))
+    if "ttft_p99" in slo:
+        ax.axhline(float(slo["ttft_p99"]), color="grey", linewidth=0.8)
+        ax.annotate("SLO", (1, float(slo["ttft_p99"])), fontsize=7, color="grey")
+    ax.set_yscale("log")
+    ax.set_xlabel("achieved request rate (req/s)", fontsize=8)
+    ax.set_ylabel("TTFT p99 (ms)", fontsize=8)
+    ax.set_title("Full stack vs vLLM alone, repeat workload, 2x H200 (random 3B)", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fullstack_gpu", description=__doc__)
     p.add_argument("--model", default="/root/model")
@@ -111,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-s", type=float, default=5.0, help="ramp-up before each window")
     p.add_argument("--bisect-steps", type=int, default=2)
     p.add_argument("--report", action="store_true")
+    p.add_argument("--plot", type=Path, default=None, help="also write this PNG")
     a = p.parse_args(argv)
     a.results.mkdir(parents=True, exist_ok=True)
     if not a.report:
@@ -139,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             for v in backends:
                 v.stop()
     sys.stdout.write(report(a))
+    if a.plot:
+        print(f"wrote {plot(a, a.plot)}")
     return 0
 
 
