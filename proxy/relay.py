@@ -21,6 +21,7 @@ from proxy.types import Kind, LiveStream
 from proxy.upstream import UpstreamStream
 
 _USAGE = b'"usage"'
+_FINISHED = b'"finish_reason":"'  # a terminal chunk (vLLM writes no spaces)
 SSE = "text/event-stream"
 
 
@@ -42,16 +43,35 @@ def error_response(err: ProxyError, headers: Mapping[str, str] | None = None) ->
     return json_response(error_content(err), err.status, {**err.headers, **(headers or {})})
 
 
+def _stamped(held: list[bytes], fingerprint: Any) -> list[bytes]:
+    if fingerprint is None:
+        return held
+    out = []
+    for ev in held:
+        obj = orjson.loads(ev[6:])
+        obj["system_fingerprint"] = fingerprint
+        out.append(b"data: " + orjson.dumps(obj))
+    return out
+
+
 def _process(events: bytes, outcome: StreamOutcome, acc: Accumulator | None,
-             drop_usage: bool) -> bytes:
+             drop_usage: bool, held: list[bytes]) -> bytes:
+    """Usage noted; the usage chunk dropped when the client did not ask for it. vLLM then puts
+    system_fingerprint on the terminal chunks (finish_reason set) instead, and the proxy, which
+    always asks for usage, learns it only from the usage chunk that follows: terminal chunks are
+    held until it arrives (the same engine step) and sent stamped in its place."""
     kept: list[bytes] = []
-    dropped = False
+    changed = False
     for ev in events.split(b"\n\n"):
         if not ev:
             continue
         if ev.startswith(b"data: ") and ev[6:7] == b"{":
             if acc is not None:
                 acc.add_raw(ev[6:])
+            if drop_usage and _FINISHED in ev and _USAGE not in ev:
+                held.append(ev)
+                changed = True
+                continue
             if _USAGE not in ev:
                 kept.append(ev)
                 continue
@@ -59,19 +79,26 @@ def _process(events: bytes, outcome: StreamOutcome, acc: Accumulator | None,
             if isinstance(obj, dict) and obj.get("usage"):
                 outcome.usage = obj["usage"]
                 if drop_usage and not obj.get("choices"):
-                    dropped = True
+                    kept += _stamped(held, obj.get("system_fingerprint"))
+                    held.clear()
+                    changed = True
                     continue
+        elif held:  # [DONE] or an error before any usage chunk: the held chunks go first
+            kept += held
+            held.clear()
+            changed = True
         kept.append(ev)
-    if not dropped:
+    if not changed:
         return events
     return b"".join(ev + b"\n\n" for ev in kept)
 
 
 async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accumulator | None,
                        drop_usage: bool) -> AsyncIterator[bytes]:
-    """Yield whole SSE events as they arrive. Parsing happens only for chunks that carry usage,
-    or for every chunk while accumulating for the cache."""
+    """Yield whole SSE events as they arrive. Parsing happens only for chunks that carry usage
+    or (usage dropped) a finish_reason, or for every chunk while accumulating for the cache."""
     buf = b""
+    held: list[bytes] = []
     try:
         async for chunk in stream.chunks():
             if outcome.first_byte is None:
@@ -84,18 +111,23 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                 continue
             if end + 2 < len(chunk):
                 chunk, buf = chunk[:end + 2], chunk[end + 2:]
-            if acc is not None or _USAGE in chunk:
+            if acc is not None or _USAGE in chunk or held or (drop_usage and _FINISHED in chunk):
+                before = len(held)
                 try:
-                    chunk = _process(chunk, outcome, acc, drop_usage)
-                except orjson.JSONDecodeError:
+                    chunk = _process(chunk, outcome, acc, drop_usage, held)
+                except orjson.JSONDecodeError:  # sent as it came, after what was held before
                     if acc is not None:
                         acc.failed = True
+                    chunk = b"".join(ev + b"\n\n" for ev in held[:before]) + chunk
+                    held.clear()
             if chunk:
                 yield chunk
     except ProxyError as err:  # headers are sent: tell the client in the stream, then stop
         outcome.error = err.status
-        yield b"data: " + error_content(err) + b"\n\n"
+        yield b"".join(ev + b"\n\n" for ev in held) + b"data: " + error_content(err) + b"\n\n"
         return
+    if held:
+        yield b"".join(ev + b"\n\n" for ev in held)
     if buf:
         yield buf
     outcome.finished = True

@@ -66,3 +66,31 @@ async def test_upstream_failure_mid_stream_becomes_an_error_event():
     out, outcome = await run(CONTENT[:1], fail=True)
     assert not outcome.finished and outcome.error == 502
     assert orjson.loads(out[-1][6:])["error"]["code"] == "bad_gateway"
+
+
+FP_USAGE = ev({"id": "1", "choices": [], "usage": {"completion_tokens": 3},
+               "system_fingerprint": "vllm-fp-1"})
+
+
+async def test_without_usage_the_terminal_chunk_carries_the_fingerprint_as_vllm_sends_it():
+    # vLLM without include_usage stamps system_fingerprint on the chunk with finish_reason; the
+    # proxy always asks for usage, so it moves the fingerprint from the dropped usage chunk
+    out, outcome = await run([CONTENT[0], CONTENT[1], CONTENT[2], FP_USAGE + b"data: [DONE]\n\n"],
+                             drop=True)
+    assert out[:2] == CONTENT[:2]  # content is not held back, only the terminal chunk
+    events = [orjson.loads(e[6:]) for e in b"".join(out).split(b"\n\n")[:-2]]
+    assert [e["choices"][0]["delta"]["content"] for e in events] == ["a", "b", "c"]
+    assert "system_fingerprint" not in events[1]
+    assert events[2]["system_fingerprint"] == "vllm-fp-1"
+    assert b"".join(out).endswith(b"data: [DONE]\n\n") and outcome.finished
+    out, _ = await run([CONTENT[2] + FP_USAGE], drop=False)  # the client asked: untouched
+    assert out == [CONTENT[2] + FP_USAGE]
+
+
+async def test_a_held_terminal_chunk_is_not_lost_when_the_stream_breaks():
+    out, outcome = await run(CONTENT, drop=True, fail=True)
+    body = b"".join(out)
+    assert body.startswith(b"".join(CONTENT)) and outcome.error == 502
+    assert orjson.loads(body.split(b"\n\n")[-2][6:])["error"]["code"] == "bad_gateway"
+    out, _ = await run([*CONTENT, b"data: [DONE]\n\n"], drop=True)  # no usage chunk at all
+    assert b"".join(out) == b"".join(CONTENT) + b"data: [DONE]\n\n"
