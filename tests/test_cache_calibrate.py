@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from proxy.cache.calibrate import Row, binom_cdf, interval, pick, table, upper_bound
+from proxy.cache.calibrate import Row, binom_cdf, interval, pick, start_hits, table, upper_bound
 
 
 def test_binomial_cdf() -> None:
@@ -36,15 +36,26 @@ def test_table_counts_hits_and_false_hits() -> None:
 
 
 def test_pick_tests_thresholds_from_the_top_and_stops_at_the_first_failure() -> None:
-    rows = [Row(3.0, 100, 0, 0.03), Row(2.0, 400, 0, 0.007), Row(1.0, 500, 1, 0.009),
-            Row(0.0, 600, 9, 0.02), Row(-1.0, 700, 2, 0.008)]
-    # at 1 %, 3.0's 100 hits are too few to ever show it (299 needed): the sequence starts at
-    # 2.0; -1.0 is under the rate again, but 0.0 above it failed
+    rows = [Row(3.0, 600, 0, 0.005), Row(2.0, 1100, 0, 0.003), Row(1.0, 1300, 5, 0.009),
+            Row(0.0, 1500, 20, 0.02), Row(-1.0, 1700, 8, 0.008)]
+    # at 1 %, 3.0's 600 hits are too few for the test to have power (1049 needed): the
+    # sequence starts at 2.0; -1.0 is under the rate again, but 0.0 above it failed
     assert pick(rows, 0.01) == 1.0
-    assert pick(rows, 0.05) == -1.0  # 59 hits needed: all are tested, all pass
-    assert pick([Row(2.0, 400, 10, 0.04), *rows[2:]], 0.01) == math.inf  # the first fails
+    assert pick(rows, 0.05) == -1.0  # 208 hits needed: all are tested, all pass
+    assert pick([Row(2.0, 1100, 30, 0.04), *rows[2:]], 0.01) == math.inf  # the first fails
     assert pick([Row(5.0, 0, 0, 1.0), *rows[1:3]], 0.01) == 1.0  # no hits: no evidence
     assert pick(rows[:1], 0.01) == math.inf  # never enough hits
+
+
+def test_the_sequence_starts_where_the_test_has_power() -> None:
+    assert [start_hits(r) for r in (0.01, 0.1, 0.25)] == [1049, 103, 34]
+    for rate in (0.01, 0.1, 0.25):  # from there on, half the rate's share of false hits passes
+        n = start_hits(rate)
+        assert all(upper_bound(math.floor(m * rate / 2), m) <= rate for m in range(n, n + 50))
+        assert upper_bound(math.floor((n - 1) * rate / 2), n - 1) > rate
+    # a handful of most confident pairs with one false hit no longer ends the sequence
+    rows = [Row(5.0, 11, 1, 0.36), Row(4.0, 40, 2, 0.15), Row(3.0, 100, 10, 0.2)]
+    assert pick(rows, 0.25) == 3.0
 
 
 def test_a_family_that_errs_together_widens_the_bound() -> None:

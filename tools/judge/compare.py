@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> None:
 
     for path in sys.argv[1:] if argv is None else argv:
         judge = Judge.open(0.01, Path(path), threads=2)
-        s = np.array(judge.logits([(p["a"], p["b"]) for p in dev]))
+        # identical texts score +inf (judge.py); ranked first, finite for the AUC
+        s = np.nan_to_num(np.array(judge.logits([(p["a"], p["b"]) for p in dev])),
+                          posinf=1e9, neginf=-1e9)
         order = np.argsort(-s, kind="stable")
         tp = np.cumsum(y[order])
         precision = tp / np.arange(1, len(s) + 1)
