@@ -46,7 +46,6 @@ from proxy.upstream import Upstream, UpstreamStream
 log = logging.getLogger("proxy.handler")
 PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _JSON_HEADERS = {"content-type": "application/json"}
-_DRAIN_S = 30.0  # at shutdown, how long handed-over streams may take to finish
 
 
 @dataclass(slots=True)
@@ -114,7 +113,8 @@ class CompletionHandler:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
         trace.limited = self.limits.enter(tenant)
-        body = await self.bounds.parse(await read_body(request, s.max_body_bytes), kind)
+        raw = await read_body(request, s.max_body_bytes, s.body_timeout)
+        body = await self.bounds.parse(raw, kind)
         params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
         openai.validate(kind, body)
         if kind == "completions":
@@ -286,7 +286,7 @@ class CompletionHandler:
     async def drain(self) -> None:
         """At shutdown: let handed-over streams finish (and store) for their followers."""
         if self._jobs:
-            await asyncio.wait(list(self._jobs), timeout=_DRAIN_S)
+            await asyncio.wait(list(self._jobs), timeout=self.d.settings.drain_timeout)
 
     def _background(self, task: asyncio.Task[None], then: Callable[[], Awaitable[None]]) -> None:
         """Finish a handed-over stream for its followers, then `then`; kept referenced."""

@@ -66,13 +66,10 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
-BODY_TIMEOUT = 30.0  # seconds for a whole request body to arrive
-
-
-async def read_body(request: Request, limit: int, deadline: float | None = None) -> bytes:
-    """The body, at most `limit` bytes (else 413), all of it within `deadline` seconds (default
-    BODY_TIMEOUT; else 408: a slow-loris client cannot hold a connection open for long)."""
-    timeout = BODY_TIMEOUT if deadline is None else deadline
+async def read_body(request: Request, limit: int, deadline: float) -> bytes:
+    """The body, at most `limit` bytes (else 413), all of it within `deadline` seconds
+    (PROXY_BODY_TIMEOUT; else 408: a slow-loris client cannot hold a connection open for long)."""
+    timeout = deadline
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the request body is {declared} bytes; the limit is {limit}")

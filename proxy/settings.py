@@ -39,6 +39,8 @@ class Settings:
     max_connections_per_ip: int | None = None  # None: no cap per client IP
     key_limits: str | None = None  # per-key limits: inline JSON or a file (proxy/limits.py)
     send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
+    body_timeout: float = 30.0  # seconds for a whole request body to arrive (else 408)
+    drain_timeout: float = 30.0  # at shutdown, seconds handed-over streams may take to finish
     max_body_bytes: int = 4 * 1024 * 1024
     max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
     max_messages: int = 2048  # messages in one chat request
@@ -143,6 +145,10 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                    "per-key concurrent/rpm/tpm limits: JSON, inline or a file path"),
     "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
                      "seconds without write progress before a stream is closed"),
+    "body_timeout": ("PROXY_BODY_TIMEOUT", _float,
+                     "seconds for a whole request body to arrive (else 408)"),
+    "drain_timeout": ("PROXY_DRAIN_TIMEOUT", _float,
+                      "at shutdown, seconds streams that others follow may take to finish"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
     "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
     "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
@@ -203,6 +209,8 @@ def _validate(s: Settings) -> None:
         (s.queue_timeout >= 0, "PROXY_QUEUE_TIMEOUT must be >= 0"),
         (0.0 < s.tenant_share <= 1.0, "PROXY_TENANT_SHARE must be in (0, 1]"),
         (s.send_timeout > 0, "PROXY_SEND_TIMEOUT must be positive"),
+        (s.body_timeout > 0, "PROXY_BODY_TIMEOUT must be positive"),
+        (s.drain_timeout >= 0, "PROXY_DRAIN_TIMEOUT must be >= 0"),
         (s.header_timeout > 0 and s.keepalive_timeout > 0,
          "PROXY_HEADER_TIMEOUT and PROXY_KEEPALIVE_TIMEOUT must be positive"),
         ((s.max_connections or 1) > 0 and (s.max_connections_per_ip or 1) > 0,

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -379,6 +380,7 @@ async def test_shutdown_lets_a_handed_over_stream_finish_for_its_followers() -> 
 
     handler = CompletionHandler.__new__(CompletionHandler)
     handler._jobs = set()
+    handler.d = SimpleNamespace(settings=Settings(drain_timeout=30.0))  # type: ignore[assignment]
     release = asyncio.Event()
     finished: list[str] = []
 
@@ -395,3 +397,21 @@ async def test_shutdown_lets_a_handed_over_stream_finish_for_its_followers() -> 
     release.set()
     await draining
     assert finished == ["stored"] and not handler._jobs
+
+
+async def test_shutdown_waits_for_handed_over_streams_at_most_the_drain_timeout() -> None:
+    from proxy.handler import CompletionHandler
+
+    handler = CompletionHandler.__new__(CompletionHandler)
+    handler._jobs = set()
+    handler.d = SimpleNamespace(settings=Settings(drain_timeout=0.05))  # type: ignore[assignment]
+    never = asyncio.Event()
+
+    async def then() -> None:
+        pass
+
+    stuck = asyncio.create_task(never.wait())
+    handler._background(stuck, then)
+    await asyncio.wait_for(handler.drain(), timeout=5)  # returns: PROXY_DRAIN_TIMEOUT passed
+    assert not stuck.done()
+    stuck.cancel()

@@ -13,7 +13,6 @@ import httpx
 import orjson
 import psutil
 
-from proxy import receive
 from proxy.settings import Settings
 from tests.support.procs import ensure_tiny_model
 from tests.support.reliability import (
@@ -115,9 +114,8 @@ def test_memory_stays_flat_under_a_hung_upstream():
         wait_for(lambda: mock.connections() == 0, "upstream connections closed")
 
 
-def test_slow_loris_body_gets_408(monkeypatch):
-    monkeypatch.setattr(receive, "BODY_TIMEOUT", 1.0)
-    with mock_upstream() as mock, served_proxy(settings(mock)) as p:
+def test_slow_loris_body_gets_408():
+    with mock_upstream() as mock, served_proxy(settings(mock, body_timeout=1.0)) as p:
         host, port = p.url.removeprefix("http://").split(":")
         payload = orjson.dumps(body("slow"))
         with socket.create_connection((host, int(port)), timeout=10) as s:

@@ -36,8 +36,8 @@ def test_keyring():
 
 
 async def test_body_limit_by_header_and_by_bytes():
-    assert await read_body(make_request({}, [b"ab", b"cd"]), 4) == b"abcd"
+    assert await read_body(make_request({}, [b"ab", b"cd"]), 4, 5.0) == b"abcd"
     with pytest.raises(PayloadTooLarge):
-        await read_body(make_request({"content-length": "5"}, [b"abcde"]), 4)
+        await read_body(make_request({"content-length": "5"}, [b"abcde"]), 4, 5.0)
     with pytest.raises(PayloadTooLarge):  # a lying (or absent) content-length
-        await read_body(make_request({}, [b"abc", b"de"]), 4)
+        await read_body(make_request({}, [b"abc", b"de"]), 4, 5.0)
