@@ -65,6 +65,17 @@ def test_better_and_json_round_trip() -> None:
     assert back == e
 
 
+def test_the_redis_record_keeps_the_events_apart_and_reads_the_old_form() -> None:
+    e = entry("stop", 2, 8, ("a", "b"))
+    e.events = b'[{"choices":[{"delta":{"content":"a\\nb"}}]}]'  # an escaped newline inside
+    record = e.to_record()
+    assert record.count(b"\n") == 1 and record.endswith(b"\n" + e.events)
+    assert Entry.from_record(record) == e
+    assert Entry.from_record(e.to_json()) == e  # written before the split: events inside
+    plain = entry("stop", 2, 8)
+    assert plain.to_record() == plain.to_json() and Entry.from_record(plain.to_record()) == plain
+
+
 def test_the_stored_stream_is_replayed_only_for_the_whole_answer() -> None:
     stop = entry("stop", 3, 16, ("a", " b", " c"))
     stop.events = b"[]"

@@ -47,13 +47,30 @@ class Entry:
         value = (self.answer.get("usage") or {}).get("completion_tokens")
         return int(value) if isinstance(value, int) else None
 
-    def to_json(self) -> bytes:
+    def to_json(self, events: bool = True) -> bytes:
         return orjson.dumps({
             "exact": self.exact, "partition": self.partition, "namespace": self.namespace,
             "kind": self.kind, "text": self.text, "max_tokens": self.max_tokens,
             "answer": self.answer, "pieces": self.pieces, "created": self.created,
             "id": self.id, "vector": self.vector.hex() if self.vector else None,
-            "events": None if self.events is None else orjson.Fragment(self.events)})
+            "events": None if self.events is None or not events
+            else orjson.Fragment(self.events)})
+
+    def to_record(self) -> bytes:
+        """For Redis: the entry's JSON without its events, a newline, then the events as they
+        are stored, so a read splits them off instead of parsing and re-writing the stream
+        (orjson writes no raw newline, so the first one is the boundary)."""
+        head = self.to_json(events=False)
+        return head if self.events is None else head + b"\n" + self.events
+
+    @staticmethod
+    def from_record(raw: bytes) -> Entry:
+        """to_record's bytes, or an entry written by to_json (its events inside)."""
+        head, newline, events = raw.partition(b"\n")
+        entry = Entry.from_json(head)
+        if newline:
+            entry.events = events
+        return entry
 
     @staticmethod
     def from_json(raw: bytes | str) -> Entry:

@@ -101,7 +101,7 @@ class RedisStore:
         found = {str(i): time.time() for i, raw in zip(ids, raws, strict=True) if raw}
         if found:
             await self._r.zadd(self._p + "lru", found, xx=True)
-        return [Entry.from_json(raw) if raw else None for raw in raws]
+        return [Entry.from_record(raw) if raw else None for raw in raws]
 
     async def put(self, entry: Entry) -> Entry | None:
         return await self._call(lambda: self._put(entry))
@@ -116,7 +116,7 @@ class RedisStore:
         entry.id = int(await self._r.incr(p + "seq"))
         vector, entry.vector = entry.vector, None
         pipe = self._r.pipeline(transaction=True)
-        pipe.set(f"{p}e:{entry.id}", entry.to_json(), px=px)
+        pipe.set(f"{p}e:{entry.id}", entry.to_record(), px=px)
         if vector is not None:
             pipe.set(f"{p}v:{entry.id}", entry.partition.encode() + vector, px=px)
         pipe.set(p + "x:" + entry.exact, entry.id, px=px)
@@ -148,7 +148,7 @@ class RedisStore:
             pipe.zrem(p + "log", str(i))
             pipe.zrem(p + "lru", str(i))
             if raw:
-                entry = Entry.from_json(raw)
+                entry = Entry.from_record(raw)
                 pipe.srem(p + "ns:" + entry.namespace, i)
                 if not keep_exact:
                     pipe.eval(_DEL_IF, 1, p + "x:" + entry.exact, str(i))
