@@ -77,6 +77,10 @@ STEPS: dict[str, Step] = {
         Run("cache-wl-proxy-cache-on-1w", CACHE, via_proxy="semantic"),
         Run("cache-wl-proxy-cache-on-4w", CACHE, via_proxy="semantic", workers=4),
     ]),
+    # The backend flags with the steady-state rig (issue 13): each flag against the same
+    # workload on the baseline profile, one run list per server.
+    "baseline-ref": Step("baseline", runs=[Run("baseline-ref", REFERENCE)]),
+    "baseline-prefix-wl": Step("baseline", runs=[Run("baseline-prefix-wl", PREFIX)]),
     "max-num-seqs-64": Step("baseline", ["max-num-seqs=64"], [Run("max-num-seqs-64", REFERENCE)]),
     "fp8-kv": Step("fp8-kv", runs=[Run("fp8-kv", REFERENCE)]),
     "chunked-prefill": Step("chunked-prefill", runs=[Run("chunked-prefill", REFERENCE)]),
@@ -137,7 +141,8 @@ def run_step(name: str, step: Step, args: argparse.Namespace, out: Path) -> None
         cmd += ["--set", item]
     print(f"[{time.strftime('%X')}] step {name}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.monotonic()
-    vllm = spawn(cmd, out / f"vllm-{name}.log")
+    env = {} if args.gpu is None else {"CUDA_VISIBLE_DEVICES": args.gpu}
+    vllm = spawn(cmd, out / f"vllm-{name}.log", env)
     try:
         wait_http(vurl + "/health", args.start_timeout, vllm, interval=1)
         print(f"  vLLM up in {time.monotonic() - t0:.0f}s", flush=True)
@@ -176,7 +181,8 @@ def main() -> int:
     ap.add_argument("--model", default="/root/model")
     ap.add_argument("--served-name", default="model")
     ap.add_argument("--results", type=Path, required=True)
-    default_steps = [s for s in STEPS if s not in ("cpu-smoke", "proxy-workers")]
+    default_steps = [s for s in STEPS if s not in ("cpu-smoke", "proxy-workers", "baseline-ref",
+                                                     "baseline-prefix-wl")]
     ap.add_argument("--steps", default=",".join(default_steps),
                     help=f"comma list of {list(STEPS)}")
     ap.add_argument("--num-prompts", type=int, default=400)
@@ -189,6 +195,7 @@ def main() -> int:
                     help="request rate for every run instead of the workload's own")
     ap.add_argument("--workers", default="auto", help="client processes (N or auto)")
     ap.add_argument("--start-timeout", type=float, default=420)
+    ap.add_argument("--gpu", default=None, help="CUDA_VISIBLE_DEVICES for vLLM (default: inherit)")
     ap.add_argument("--vllm-port", type=int, default=8100)
     ap.add_argument("--proxy-port", type=int, default=8000)
     ap.add_argument("--report", type=Path, default=None, help="only build the comparison")
@@ -203,7 +210,8 @@ def main() -> int:
         run_step(name, STEPS[name], args, args.results)
     meta = {"python": sys.version, "steps": args.steps, "num_prompts": args.num_prompts,
             "duration": args.duration, "warmup_seconds": args.warmup_seconds,
-            "repeats": args.repeats, "workers": args.workers, "rate": args.rate}
+            "repeats": args.repeats, "workers": args.workers, "rate": args.rate,
+            "gpu": args.gpu}
     (args.results / "meta.txt").write_text(json.dumps(meta) + "\n")
     return 0
 

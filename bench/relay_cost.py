@@ -45,13 +45,13 @@ def off(events: list[bytes]) -> None:
     outcome = StreamOutcome()
     for ev in events:
         if b'"usage"' in ev:
-            _process(ev, outcome, None, False)
+            _process(ev, outcome, None, False, [])
 
 
 def batched(events: list[bytes]) -> None:
     outcome, acc = StreamOutcome(), Accumulator("chat")
     for ev in events:
-        _process(ev, outcome, acc, False)
+        _process(ev, outcome, acc, False, [])
     assert acc.completion() is not None
 
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     acc = Accumulator("chat")
     outcome = StreamOutcome()
     for ev in events:
-        _process(ev, outcome, acc, False)
+        _process(ev, outcome, acc, False, [])
     done = acc.completion()
     assert done is not None and done.events is not None
     base_objects, base_s = gc_cost([])

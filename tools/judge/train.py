@@ -35,23 +35,26 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 class PairScorer:
-    """MiniLM over "[CLS] a [SEP] b [SEP]", mean-pooled as the embedder pools, one logit."""
+    """MiniLM over "[CLS] a [SEP] b [SEP]", one logit from the mean of its token states (as the
+    embedder pools) or from the [CLS] state."""
 
     @staticmethod
-    def build(base: str) -> Any:
+    def build(base: str, pooling: str = "mean") -> Any:
         import torch
         from transformers import AutoModel
 
         class Scorer(torch.nn.Module):
             def __init__(self) -> None:
                 super().__init__()
-                self.encoder = AutoModel.from_pretrained(base, add_pooling_layer=False)
+                self.encoder = AutoModel.from_pretrained(base, add_pooling_layer=False).float()
                 self.dropout = torch.nn.Dropout(0.1)
                 self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
 
             def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
                 hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                                       token_type_ids=token_type_ids).last_hidden_state
+                if pooling == "cls":
+                    return self.head(self.dropout(hidden[:, 0]))
                 mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 return self.head(self.dropout(pooled))
@@ -60,17 +63,18 @@ class PairScorer:
 
 
 def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
-          batch: int) -> Any:
+          batch: int, device: str = "cpu", base: str | None = None,
+          pooling: str = "mean") -> Any:
     import torch
     from transformers import AutoTokenizer
 
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
-    base = default_model_path()
+    torch.use_deterministic_algorithms(True, warn_only=device != "cpu")
+    base = base or default_model_path()
     tok = AutoTokenizer.from_pretrained(base)
-    model = PairScorer.build(base)
+    model = PairScorer.build(base, pooling).to(device)
     model.train()
     steps = epochs * math.ceil(len(pairs) / batch)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -89,8 +93,8 @@ def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
             firsts = [p["b"] if f else p["a"] for p, f in zip(chunk, flip, strict=True)]
             seconds = [p["a"] if f else p["b"] for p, f in zip(chunk, flip, strict=True)]
             enc = tok(firsts, seconds, padding=True, truncation=True, max_length=MAX_TOKENS,
-                      return_tensors="pt")
-            labels = torch.tensor([float(p["same"]) for p in chunk])
+                      return_tensors="pt").to(device)
+            labels = torch.tensor([float(p["same"]) for p in chunk], device=device)
             loss = loss_fn(model(**enc).squeeze(-1), labels)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -109,6 +113,7 @@ def export(model: Any, tok: Any, out: Path) -> None:
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    model = model.float().to("cpu")
     out.mkdir(parents=True, exist_ok=True)
     sample = tok(["a question"], ["another question"], return_tensors="pt")
     names = ["input_ids", "attention_mask", "token_type_ids"]
@@ -158,6 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--floor", type=float, default=0.4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    parser.add_argument("--weights", type=Path, default=None,
+                        help="trained weights (a state dict, e.g. from tools.judge.sweep on a "
+                             "GPU) to export and calibrate instead of training here")
     parser.add_argument("--calibrate-only", action="store_true",
                         help="keep the model in --out, redo its calibration on dev")
     args = parser.parse_args(argv)
@@ -169,7 +178,16 @@ def main(argv: list[str] | None = None) -> None:
         meta = orjson.loads((args.out / "judge.json").read_bytes())
         meta["floor"] = args.floor
     else:
-        model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch)
+        if args.weights:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(default_model_path())
+            model = PairScorer.build(default_model_path(), args.pooling)
+            model.load_state_dict({k: v.float() for k, v in torch.load(args.weights).items()})
+            model.eval()
+        else:
+            model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch,
+                               pooling=args.pooling)
         export(model, tok, args.out)
         meta = {"model": "judge.onnx", "max_tokens": MAX_TOKENS, "floor": args.floor,
                 "confidence": 0.95, "table": [],

@@ -1,0 +1,95 @@
+"""python -m tools.judge.sweep --base DIR --device cuda --out DIR [--variants E/LR/POOL/SEED/B,...]
+
+Trains several judge variants (epochs / learning rate / pooling / seed / batch) on train.jsonl
+where training is cheap (a GPU: seconds per variant, where the CPU box needs ~45 minutes for
+one) and scores each on dev only, as served (the (a, b) logit): AUC and the best dev recall at
+precision 0.99 / 0.95 / 0.90. The variant with the best dev recall at precision 0.95 (then AUC)
+is saved as a half-precision state dict, for `python -m tools.judge.train --weights` to export,
+quantise and calibrate on the CPU box. test.jsonl is not read. Results: sweep.json in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tools.judge.train import MAX_TOKENS, load, train
+
+DEFAULT = ("5/8e-5/mean/11/32,5/8e-5/mean/12/32,5/8e-5/mean/13/32,5/8e-5/cls/11/32,"
+           "10/5e-5/mean/11/32,10/5e-5/cls/11/32,3/1.5e-4/mean/11/32,8/8e-5/mean/11/64,"
+           "5/3e-5/mean/11/16,15/3e-5/mean/11/32")
+
+
+def dev_scores(model: Any, tok: Any, dev: list[dict[str, Any]], device: str) -> np.ndarray:
+    import torch
+
+    out: list[float] = []
+    with torch.inference_mode():
+        for i in range(0, len(dev), 256):
+            chunk = dev[i:i + 256]
+            enc = tok([p["a"] for p in chunk], [p["b"] for p in chunk], padding=True,
+                      truncation=True, max_length=MAX_TOKENS, return_tensors="pt").to(device)
+            out += model(**enc).squeeze(-1).float().cpu().tolist()
+    return np.array(out)
+
+
+def auc(scores: np.ndarray, y: np.ndarray) -> float:
+    """The Mann-Whitney AUC, ties counted half (no scikit-learn on the GPU host)."""
+    values, inverse = np.unique(scores, return_inverse=True)
+    first = np.cumsum(np.bincount(inverse, minlength=len(values))) - np.bincount(inverse)
+    ranks = first[inverse] + (np.bincount(inverse)[inverse] + 1) / 2  # mean rank of each tie
+    pos = int(y.sum())
+    return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * (len(y) - pos)))
+
+
+def metrics(scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    order = np.argsort(-scores, kind="stable")
+    tp = np.cumsum(y[order])
+    precision = tp / np.arange(1, len(scores) + 1)
+    cells = {"auc": auc(scores, y)}
+    for p in (0.99, 0.95, 0.9):
+        ok = np.flatnonzero(precision >= p)
+        cells[f"recall_at_p{p:g}"] = float(tp[ok.max()] / y.sum()) if len(ok) else 0.0
+    return cells
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m tools.judge.sweep")
+    ap.add_argument("--base", required=True, help="the MiniLM weights to start from")
+    ap.add_argument("--data", type=Path, default=Path("tests/data/judge"))
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--variants", default=DEFAULT)
+    args = ap.parse_args(argv)
+    import torch
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    pairs, dev = load(args.data / "train.jsonl"), load(args.data / "dev.jsonl")
+    y = np.array([bool(p["same"]) for p in dev])
+    rows: list[dict[str, Any]] = []
+    best: tuple[float, float] = (-1.0, -1.0)
+    for spec in args.variants.split(","):
+        epochs, lr, pooling, seed, batch = spec.split("/")
+        started = time.perf_counter()
+        model, tok = train(pairs, int(seed), int(epochs), float(lr), int(batch),
+                           device=args.device, base=args.base, pooling=pooling)
+        row = {"variant": spec, "seconds": round(time.perf_counter() - started, 1),
+               **metrics(dev_scores(model, tok, dev, args.device), y)}
+        rows.append(row)
+        print(orjson.dumps(row).decode(), flush=True)
+        key = (row["recall_at_p0.95"], row["auc"])
+        if key > best:
+            best = key
+            torch.save({k: v.half().cpu() for k, v in model.state_dict().items()},
+                       args.out / "best.pt")
+            (args.out / "best.txt").write_text(spec + "\n")
+    (args.out / "sweep.json").write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()
