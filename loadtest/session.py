@@ -119,8 +119,11 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
         await scraper.start()
         if n > 1:
             out, n = await workers.run_workers(requests, p.run, cfg, a.tokenizer, n)
-        else:
-            out = await run(client, requests, p.run)
+        elif p.run.num_prompts is None and math.isinf(p.run.request_rate):
+            out = await run(client, requests, p.run)  # closed loop for a duration: no schedule
+        else:  # prompts made before the clock starts, not on the loop between sends
+            reqs, offs = workers.materialise(requests, p.run)
+            out = await run(client, iter(reqs), p.run, when=offs)
         server = await scraper.stop()
     finally:
         await client.aclose()
