@@ -81,7 +81,10 @@ def test_replay_is_what_vllm_sends(proxy: str, vllm: Vllm, kind: str, stored: st
             got.pop(k), want.pop(k)
         assert got == want
     elif stored == "sse":
-        assert chunks(hit) == chunks(direct)
+        # chunk for chunk what vLLM sent for this request (relayed on the miss); a new request's
+        # chunk boundaries depend on timing (vLLM coalesces tokens when its loop falls behind)
+        assert chunks(hit) == chunks(first)
+        assert shape(kind, chunks(hit)) == shape(kind, chunks(direct))
     else:
         assert shape(kind, chunks(hit)) == shape(kind, chunks(direct))
 
@@ -89,7 +92,9 @@ def test_replay_is_what_vllm_sends(proxy: str, vllm: Vllm, kind: str, stored: st
 def test_without_include_usage_the_usage_chunk_is_not_replayed(proxy: str, vllm: Vllm) -> None:
     b = body("chat", "Tell me about lakes", True)
     b.pop("stream_options")
-    fetch(proxy, "chat", b)
+    first = fetch(proxy, "chat", b)
     hit = fetch(proxy, "chat", b)
     assert hit.headers["x-cache"] == "HIT"
-    assert chunks(hit) == chunks(fetch(vllm.url, "chat", b))
+    assert chunks(hit) == chunks(first)
+    assert not any(not c["choices"] for c in chunks(hit))
+    assert shape("chat", chunks(hit)) == shape("chat", chunks(fetch(vllm.url, "chat", b)))
