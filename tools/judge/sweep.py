@@ -5,7 +5,8 @@ where training is cheap (a GPU: seconds per variant, where the CPU box needs ~45
 one) and scores each on dev only, as served (the (a, b) logit): AUC and the best dev recall at
 precision 0.99 / 0.95 / 0.90. The variant with the best dev recall at precision 0.95 (then AUC)
 is saved as a half-precision state dict, for `python -m tools.judge.train --weights` to export,
-quantise and calibrate on the CPU box. test.jsonl is not read. Results: sweep.json in --out.
+quantise and calibrate on the CPU box; every variant's dev logits go to dev_scores.json, and the
+mean logit of the variants so far (an ensemble) is scored after each. test.jsonl is not read.
 """
 
 from __future__ import annotations
@@ -72,16 +73,24 @@ def main(argv: list[str] | None = None) -> None:
     pairs, dev = load(args.data / "train.jsonl"), load(args.data / "dev.jsonl")
     y = np.array([bool(p["same"]) for p in dev])
     rows: list[dict[str, Any]] = []
+    scores: dict[str, list[float]] = {}
     best: tuple[float, float] = (-1.0, -1.0)
     for spec in args.variants.split(","):
         epochs, lr, pooling, seed, batch = spec.split("/")
         started = time.perf_counter()
         model, tok = train(pairs, int(seed), int(epochs), float(lr), int(batch),
                            device=args.device, base=args.base, pooling=pooling)
+        dev_s = dev_scores(model, tok, dev, args.device)
+        scores[spec] = [round(float(x), 4) for x in dev_s]
         row = {"variant": spec, "seconds": round(time.perf_counter() - started, 1),
-               **metrics(dev_scores(model, tok, dev, args.device), y)}
+               **metrics(dev_s, y)}
         rows.append(row)
         print(orjson.dumps(row).decode(), flush=True)
+        if len(scores) > 1:  # the mean logit of every variant so far, as one judge
+            mean = np.mean([np.array(v) for v in scores.values()], axis=0)
+            ens = {"variant": "mean of " + " + ".join(scores), **metrics(mean, y)}
+            print(orjson.dumps(ens).decode(), flush=True)
+        (args.out / "dev_scores.json").write_bytes(orjson.dumps(scores))
         key = (row["recall_at_p0.95"], row["auc"])
         if key > best:
             best = key
