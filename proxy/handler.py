@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.background import BackgroundTask
@@ -43,6 +43,9 @@ from proxy.tokens import TokenCounter
 from proxy.types import AnswerCache, CacheRequest, CacheResult, Completion, Kind
 from proxy.upstream import Upstream, UpstreamStream
 
+if TYPE_CHECKING:
+    from proxy.shared_limits import SharedKeyLimits
+
 log = logging.getLogger("proxy.handler")
 PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _JSON_HEADERS = {"content-type": "application/json"}
@@ -74,7 +77,7 @@ class Trace:
     prompt: Any = None  # only with PROXY_LOG_PROMPTS=on
     tenant: str = ""
     weight: int = 1  # admission slots: the number of prompts in a batch
-    limited: bool = False  # counted in by the per-key limits (owes a leave)
+    lease: str | None = None  # counted in by the per-key limits (owes a release)
 
 
 class CompletionHandler:
@@ -82,8 +85,15 @@ class CompletionHandler:
         self.d = deps
         s = deps.settings
         self.bounds = Bounds(s.max_json_depth, s.max_messages, s.max_prompts)
-        self.limits = KeyLimits(parse(s.key_limits), s.workers,
-                                lambda which: deps.metrics.key_limited.labels(which).inc())
+        table = parse(s.key_limits)
+        local = KeyLimits(table, s.workers,
+                          lambda which: deps.metrics.key_limited.labels(which).inc())
+        self.limits: KeyLimits | SharedKeyLimits = local
+        if s.key_limits_shared and s.redis_url and table:
+            from proxy.shared_limits import SharedKeyLimits
+
+            self.limits = SharedKeyLimits(local, table, s.redis_url, "vsp",
+                                          deps.metrics.key_limits_fallbacks.inc)
         self._jobs: set[asyncio.Task[None]] = set()  # handed-over streams (single flight)
 
     async def __call__(self, request: Request, kind: Kind) -> Response:
@@ -112,7 +122,7 @@ class CompletionHandler:
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
-        trace.limited = self.limits.enter(tenant)
+        trace.lease = await self.limits.admit(tenant)
         raw = await read_body(request, s.max_body_bytes, s.body_timeout)
         body = await self.bounds.parse(raw, kind)
         params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
@@ -129,8 +139,8 @@ class CompletionHandler:
                                 s.input_overflow == "truncate",
                                 ids=d.upstream.balancer.policy.wants_tokens)
         trace.tokens_in = clipped.input_tokens
-        if trace.limited:
-            self.limits.charge(tenant, clipped.input_tokens * trace.weight)
+        if trace.lease is not None:
+            await self.limits.spend(tenant, trace.lease, clipped.input_tokens * trace.weight)
         if clipped.truncated:
             headers["X-Proxy-Input-Truncated"] = clipped.header()
             d.metrics.clipped.labels("input_truncated").inc()
@@ -287,6 +297,7 @@ class CompletionHandler:
         """At shutdown: let handed-over streams finish (and store) for their followers."""
         if self._jobs:
             await asyncio.wait(list(self._jobs), timeout=self.d.settings.drain_timeout)
+        await self.limits.aclose()
 
     def _background(self, task: asyncio.Task[None], then: Callable[[], Awaitable[None]]) -> None:
         """Finish a handed-over stream for its followers, then `then`; kept referenced."""
@@ -318,8 +329,8 @@ class CompletionHandler:
             log.exception("cache store failed")
 
     def _done(self, trace: Trace) -> None:
-        if trace.limited:
-            self.limits.leave(trace.tenant, trace.tokens_out or 0)
+        if trace.lease is not None:
+            self.limits.release(trace.tenant, trace.lease, trace.tokens_out or 0)
         m = self.d.metrics
         elapsed = time.perf_counter() - trace.started
         m.requests.labels(trace.route, str(trace.status)).inc()

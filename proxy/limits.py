@@ -7,7 +7,9 @@ listed. For example {"*": {"rpm": 600, "tpm": 200000, "concurrent": 8},
 "sk-team-a": {"rpm": 60}}. Rates are token buckets that refill continuously; tokens are charged
 as the prompt's tokens before the call and the answer's tokens after it (a request may take a
 key into debt once; the next waits until the debt is repaid). With several workers and no
-shared store each worker enforces 1/PROXY_WORKERS of every limit (docs/reliability.md)."""
+shared store each worker enforces 1/PROXY_WORKERS of every limit (docs/reliability.md);
+PROXY_KEY_LIMITS_SHARED=1 holds them across workers and replicas through Redis
+(shared_limits.py)."""
 
 from __future__ import annotations
 
@@ -133,7 +135,7 @@ class KeyLimits:
                 tokens=None if limit.tpm is None else _Bucket(limit.tpm, limit.tpm, now))
         return state
 
-    def _refuse(self, which: str, message: str, wait: float) -> KeyLimited:
+    def refuse(self, which: str, message: str, wait: float) -> KeyLimited:
         if self.on_refuse is not None:
             self.on_refuse(which)
         return KeyLimited(f"{message} for this API key (PROXY_KEY_LIMITS); retry later",
@@ -146,19 +148,19 @@ class KeyLimits:
             return False
         state = self._get(tenant, limit)
         if limit.concurrent is not None and state.active >= limit.concurrent:
-            raise self._refuse("concurrent", f"{limit.concurrent:g} concurrent requests", 1)
+            raise self.refuse("concurrent", f"{limit.concurrent:g} concurrent requests", 1)
         if state.requests is not None:
             state.requests.refill(self.clock())
             wait = state.requests.wait(1)
             if wait > 0:
-                raise self._refuse("rpm", f"{state.requests.per_minute:g} requests per minute",
+                raise self.refuse("rpm", f"{state.requests.per_minute:g} requests per minute",
                                    wait)
             state.requests.level -= 1
         if state.tokens is not None:
             state.tokens.refill(self.clock())
             wait = state.tokens.wait(0)
             if wait > 0 or state.tokens.level <= 0:
-                raise self._refuse("tpm", f"{state.tokens.per_minute:g} tokens per minute",
+                raise self.refuse("tpm", f"{state.tokens.per_minute:g} tokens per minute",
                                    max(wait, 1))
         state.active += 1
         return True
@@ -173,3 +175,18 @@ class KeyLimits:
         state = self._state[tenant]
         state.active -= 1
         self.charge(tenant, tokens_out)
+
+    # The interface the handler uses, shared with the Redis-backed limiter (shared_limits.py):
+    # admit returns a lease (None: no limit applies, nothing owed), spend charges prompt tokens,
+    # release hands the lease back with the answer's tokens.
+    async def admit(self, tenant: str) -> str | None:
+        return "local" if self.enter(tenant) else None
+
+    async def spend(self, tenant: str, lease: str, tokens: int) -> None:
+        self.charge(tenant, tokens)
+
+    def release(self, tenant: str, lease: str, tokens_out: int) -> None:
+        self.leave(tenant, tokens_out)
+
+    async def aclose(self) -> None:
+        return None

@@ -49,6 +49,9 @@ class Metrics:
                                      "PROXY_SEND_TIMEOUT seconds", registry=r)
         self.key_limited = Counter("proxy_key_limited",
                                    "Requests refused by a per-key limit", ["limit"], registry=r)
+        self.key_limits_fallbacks = Counter(
+            "proxy_key_limits_fallbacks", "Shared per-key limit checks that failed in Redis "
+            "and fell back to this worker's share", registry=r)
         self.flight_handovers = Counter(
             "proxy_flight_handovers", "Streams whose client left while identical requests "
             "followed them: the upstream read went on for the followers", registry=r)

@@ -38,6 +38,7 @@ class Settings:
     max_connections: int | None = None  # None: the file limit less a headroom
     max_connections_per_ip: int | None = None  # None: no cap per client IP
     key_limits: str | None = None  # per-key limits: inline JSON or a file (proxy/limits.py)
+    key_limits_shared: bool = False  # hold them across workers/replicas through PROXY_REDIS_URL
     send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
     body_timeout: float = 30.0  # seconds for a whole request body to arrive (else 408)
     drain_timeout: float = 30.0  # at shutdown, seconds handed-over streams may take to finish
@@ -143,6 +144,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                                "open connections per client IP (default: no cap)"),
     "key_limits": ("PROXY_KEY_LIMITS", _opt_str,
                    "per-key concurrent/rpm/tpm limits: JSON, inline or a file path"),
+    "key_limits_shared": ("PROXY_KEY_LIMITS_SHARED", _onoff,
+                          "hold per-key limits across workers and replicas (needs Redis)"),
     "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
                      "seconds without write progress before a stream is closed"),
     "body_timeout": ("PROXY_BODY_TIMEOUT", _float,
@@ -216,6 +219,8 @@ def _validate(s: Settings) -> None:
         ((s.max_connections or 1) > 0 and (s.max_connections_per_ip or 1) > 0,
          "PROXY_MAX_CONNECTIONS(_PER_IP) must be positive"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
+        (not s.key_limits_shared or bool(s.redis_url),
+         "PROXY_KEY_LIMITS_SHARED needs PROXY_REDIS_URL"),
         (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),
         (s.max_messages > 0 and s.max_prompts > 0,
          "PROXY_MAX_MESSAGES and PROXY_MAX_PROMPTS must be positive"),
