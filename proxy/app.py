@@ -113,6 +113,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await app.state.handler.drain()  # streams handed over to followers end first
+                await app.state.handler.aclose()
                 await cache.aclose()
         finally:
             await upstream.aclose()

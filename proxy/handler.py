@@ -297,6 +297,8 @@ class CompletionHandler:
         """At shutdown: let handed-over streams finish (and store) for their followers."""
         if self._jobs:
             await asyncio.wait(list(self._jobs), timeout=self.d.settings.drain_timeout)
+
+    async def aclose(self) -> None:
         await self.limits.aclose()
 
     def _background(self, task: asyncio.Task[None], then: Callable[[], Awaitable[None]]) -> None:
