@@ -156,7 +156,7 @@ class SharedKeyLimits:
 
     async def _charge(self, tenant: str, lease: str, tokens: int) -> None:
         limit = self._limit(tenant)
-        if limit is None or (limit.tpm is None and not lease):
+        if limit is None or (not lease and (limit.tpm is None or tokens <= 0)):
             return
         try:
             await self._r.eval(_CHARGE, 2, *self._keys(tenant), lease, _num(limit.tpm), tokens)
@@ -167,8 +167,12 @@ class SharedKeyLimits:
         if lease.startswith("local:"):
             self.local.leave(tenant, tokens_out)
             return
-        self._leases.pop(lease, None)
-        job = asyncio.get_running_loop().create_task(self._charge(tenant, lease, tokens_out))
+        held = self._leases.pop(lease, None) is not None  # a concurrency lease to hand back
+        limit = self._limit(tenant)
+        if not held and (limit is None or limit.tpm is None or tokens_out <= 0):
+            return  # nothing to tell Redis
+        job = asyncio.get_running_loop().create_task(
+            self._charge(tenant, lease if held else "", tokens_out))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
 
