@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tools.judge.corpus import build
+from tools.judge.corpus import build, written_split
 
 DATA = Path(__file__).resolve().parent / "data" / "judge"
 KINDS = {"paraphrase", "negation", "entity", "number", "unit", "version", "direction", "role",
@@ -61,10 +61,23 @@ def test_written_families_land_whole_in_one_split(tmp_path: Path) -> None:
     where = {n: {s for s, pairs in built.items() for p in pairs if p["family"] == n}
              for n in names}
     assert all(len(splits) == 1 for splits in where.values())
-    assert sorted(s for splits in where.values() for s in splits).count("test") == 2
+    assert {n: splits.pop() for n, splits in where.items()} == {
+        n: written_split(n, 11) for n in names}
     w0 = [p for pairs in built.values() for p in pairs if p["family"] == "w0"]
     assert sum(p["same"] for p in w0) == 3  # the three paraphrases pairwise
     assert {p["kind"] for p in w0 if not p["same"]} >= {"unit", "negation"}
+
+
+def test_a_new_file_of_families_moves_no_family_already_split(tmp_path: Path) -> None:
+    def splits(folder: Path) -> dict[str, str]:
+        return {p["family"]: name for name, pairs in build(11, folder).items() for p in pairs
+                if p["family"].startswith("w")}
+
+    before = splits(written(tmp_path / "a", [family(f"w{i}") for i in range(40)]))
+    after = splits(written(tmp_path / "b", [family(f"w{i}") for i in range(60)]))
+    assert {n: after[n] for n in before} == before
+    shares = [written_split(f"f{i}", 11) for i in range(5000)]
+    assert 0.17 < shares.count("test") / 5000 < 0.23 and 0.17 < shares.count("dev") / 5000 < 0.23
 
 
 def test_a_malformed_family_stops_the_build_with_its_place(tmp_path: Path) -> None:

@@ -30,6 +30,9 @@ class CacheConfig:
     # PROXY_CACHE_FLIGHT_MAX_BYTES: a streaming single flight takes no new follower past this
     # much of the leader's stream (flight.py); 0 = streaming followers wait for the store
     flight_max_bytes: int = 1 << 20
+    # PROXY_CACHE_JUDGE_MAX_PENDING: lookups that may wait for the judge at once; past it a
+    # lookup skips the judge (a miss, reason judge_busy) instead of queueing; 0 = no bound
+    judge_max_pending: int = 4
 
     @staticmethod
     def from_settings(settings: Any = None) -> CacheConfig:
@@ -60,6 +63,8 @@ class CacheConfig:
                                    "onnx")).lower(),
             flight_max_bytes=int(pick("cache_flight_max_bytes", "PROXY_CACHE_FLIGHT_MAX_BYTES",
                                       1 << 20)),
+            judge_max_pending=int(pick("cache_judge_max_pending",
+                                       "PROXY_CACHE_JUDGE_MAX_PENDING", 4)),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
@@ -71,6 +76,8 @@ class CacheConfig:
             raise ValueError("PROXY_CACHE_EMBED_BACKEND must be onnx or torch")
         if cfg.flight_max_bytes < 0:
             raise ValueError("PROXY_CACHE_FLIGHT_MAX_BYTES must be at least 0")
+        if cfg.judge_max_pending < 0:
+            raise ValueError("PROXY_CACHE_JUDGE_MAX_PENDING must be at least 0")
         if cfg.max_entries < 1:
             raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")
         return cfg

@@ -37,6 +37,7 @@ class Judge:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-judge")
         self.pairs = 0  # pairs scored
         self.batches = 0
+        self.pending = 0  # lookups queued for or in the worker thread now
 
     @staticmethod
     def open(rate: float, path: Path | None = None, threads: int = 1) -> Judge:
@@ -88,8 +89,12 @@ class Judge:
         """Off the event loop, all of one lookup's candidates in one executor hop."""
         self.pairs += len(pairs)
         self.batches += 1
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.logits, pairs)
+        self.pending += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._pool, self.logits, pairs)
+        finally:
+            self.pending -= 1
 
     def accepts(self, logit: float) -> bool:
         return logit >= self.threshold

@@ -195,6 +195,9 @@ class SemanticCache:
         if math.isinf(self.judge.threshold):  # the bound admits no threshold: nothing passes
             self.metrics.rejections.labels("judge").inc(len(others))
             return same
+        if 0 < self.cfg.judge_max_pending <= self.judge.pending:  # shed: a miss, not a queue
+            self.metrics.rejections.labels("judge_busy").inc(len(others))
+            return same
         started = time.perf_counter()
         logits = await self.judge.score([(text, c.text or "") for _, c in others])
         self.metrics.judge_seconds.observe(time.perf_counter() - started)
