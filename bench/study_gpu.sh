@@ -95,4 +95,21 @@ case "$1" in
       run ngram_edit1c_$rep 8002 code_edit 1 16
     done
     ;;
+  P)  # spec decoding where decode is memory-bound: the trained model padded 4x wide
+      # (`python -m deploy pad-model`, same tokens, ~16x the weights to read per step)
+    until grep -q '^done' /root/train.log; do sleep 2; done
+    cp /root/train.log $R/
+    python3 -m deploy pad-model /root/model /root/wide --width 4 > $R/pad.json
+    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+    start wbase 8011 baseline --model /root/wide --set kv-cache-memory-bytes=6G
+    start wngram 8012 spec-ngram --model /root/wide --set kv-cache-memory-bytes=6G
+    wait_up 8011 8012
+    for p in 8011 8012; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    for rep in 1 2 3; do
+      run wbase_edit1c_$rep 8011 code_edit 1 16
+      run wngram_edit1c_$rep 8012 code_edit 1 16
+      run wbase_edit_$rep 8011 code_edit 4 48
+      run wngram_edit_$rep 8012 code_edit 4 48
+    done
+    ;;
 esac

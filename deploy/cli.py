@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--device", default=None, help="cuda if there is one, else cpu")
 
+    pm = sub.add_parser("pad-model", help="SRC's function at a wider model's cost (docs in "
+                        "deploy/pad_model.py)")
+    pm.add_argument("src", type=Path)
+    pm.add_argument("dst", type=Path)
+    pm.add_argument("--width", type=int, default=4, help="a power of 4 keeps it exact")
+    pm.add_argument("--seed", type=int, default=0)
+
     pr = sub.add_parser("profiles", help="list profiles; one name shows it; several are diffed")
     pr.add_argument("names", nargs="*")
     pr.add_argument("--all", action="store_true", help="show equal flags too")
@@ -120,6 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         return _backend(args)
     if args.cmd == "train-model":
         return _train_model(args)
+    if args.cmd == "pad-model":
+        from deploy.pad_model import PadError, pad_model
+
+        try:
+            print(pad_model(args.src, args.dst, args.width, args.seed))
+        except PadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.cmd == "profiles":
         from deploy.profiles import ProfileError, diff_table, list_table
 
