@@ -56,3 +56,26 @@ def test_the_command_refuses_a_bad_width(tmp_path: Path) -> None:
 
     small_llama(tmp_path / "src", True)
     assert main(["pad-model", str(tmp_path / "src"), str(tmp_path / "dst"), "--width", "0"]) == 2
+
+
+def test_vllm_cpu_serves_the_wide_model_with_the_same_greedy_text(
+        tmp_path: Path, vllm: object) -> None:
+    import httpx
+
+    from tests.support.procs import start_vllm
+
+    narrow = vllm
+    pad_model(narrow.model_dir, tmp_path / "wide", 4)  # type: ignore[attr-defined]
+    wide = start_vllm(model_dir=tmp_path / "wide", extra=["max-model-len=512"])
+    try:
+        for prompt in ("the of and to in was for", "he that it with his they", "1 2 3 4"):
+            texts = []
+            for server in (narrow, wide):
+                r = httpx.post(f"{server.url}/v1/completions", timeout=60,  # type: ignore[attr-defined]
+                               json={"model": "tiny", "prompt": prompt, "max_tokens": 16,
+                                     "temperature": 0})
+                r.raise_for_status()
+                texts.append(r.json()["choices"][0]["text"])
+            assert texts[0] == texts[1] and texts[0]
+    finally:
+        wide.kill()
