@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,22 @@ def test_command_counts_hits_and_misses(tmp_path: Path) -> None:
         "recall": 0.5, "false_hit_rate": 0.0}
     low, high = report["false_hit_rate_95ci"]
     assert low == 0.0 and 0.5 < high < 1.0  # one hit, none false: a wide interval
+
+
+def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: Path) -> None:
+    """All pairs are looked up at once; the proxy's judge queue bound must not turn them into
+    misses (PROXY_CACHE_JUDGE_MAX_PENDING=1 would shed all but one)."""
+    topics = ["reverse a list", "sort a dictionary by value", "read a JSON file",
+              "merge two dictionaries", "flatten a nested list", "count words in a string",
+              "remove whitespace from a string", "check if a file exists"]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps({"a": f"How do I {t} in Python?",
+                                          "b": f"how do i {t} in python", "same": True})
+                              for t in topics))
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
+                         cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
+                         env={**os.environ, "PROXY_CACHE_JUDGE_MAX_PENDING": "1",
+                              "PROXY_CACHE_MAX_FALSE_HIT_RATE": "0.25"})
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["judge_threshold"] is not None
+    assert report["true_hits"] == len(topics)

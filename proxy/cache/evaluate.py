@@ -58,8 +58,11 @@ async def _pair(cfg: CacheConfig, embedder: Embedder, judge: Judge, a: str,
 async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
                    verbose: bool) -> dict[str, Any]:
     cfg = CacheConfig.from_settings(None)
+    # every pair is looked up at once: no shedding, the judge scores them all (a shed lookup
+    # would count as a miss, and the evaluation is of the judge, not of its queue)
     cfg = replace(cfg, mode="semantic", redis_url=None, snapshot=None, shared=False,
-                  threshold=threshold if threshold is not None else cfg.threshold)
+                  threshold=threshold if threshold is not None else cfg.threshold,
+                  judge_max_pending=0)
     embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
     judge = await Judge.load(cfg.max_false_hit_rate)
     try:
