@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tools.judge.train import load
+
 
 def report(name: str, dev: list[dict[str, Any]], scores: np.ndarray) -> str:
     y = np.array([bool(p["same"]) for p in dev])
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("scores", type=Path)
     ap.add_argument("variants", nargs="*")
     args = ap.parse_args(argv)
-    dev = [orjson.loads(line) for line in args.dev.read_bytes().splitlines() if line]
+    dev = load(args.dev)
     scores = orjson.loads(args.scores.read_bytes())
     for name in args.variants or list(scores):
         print(report(name, dev, np.array(scores[name], dtype=float)))
