@@ -112,4 +112,26 @@ case "$1" in
       run wngram_edit_$rep 8012 code_edit 4 48
     done
     ;;
+  P2)  # n-gram drafting on the GPU (method ngram_gpu: async scheduling stays on, where the
+      # CPU n-gram turns it off) vs the CPU n-gram vs no speculation, on the trained model padded
+      # 8x wide (~3.3 B parameters' weight reads per step, same tokens)
+    until grep -q '^done' /root/train.log; do sleep 2; done
+    cp /root/train.log $R/
+    python3 -m deploy pad-model /root/model /root/wide8 --width 8 > $R/pad8.json
+    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+    W=(--model /root/wide8 --set kv-cache-memory-bytes=4G --set gpu-memory-utilization=0.28)
+    start xbase 8021 baseline "${W[@]}"
+    start xngram 8022 spec-ngram "${W[@]}"
+    start xngpu 8023 spec-ngram "${W[@]}" --set speculative-config.method=ngram_gpu
+    wait_up 8021 8022 8023
+    for p in 8021 8022 8023; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    for rep in 1 2 3; do
+      run xbase_edit1c_$rep 8021 code_edit 1 16
+      run xngram_edit1c_$rep 8022 code_edit 1 16
+      run xngpu_edit1c_$rep 8023 code_edit 1 16
+      run xbase_edit_$rep 8021 code_edit 4 48
+      run xngram_edit_$rep 8022 code_edit 4 48
+      run xngpu_edit_$rep 8023 code_edit 4 48
+    done
+    ;;
 esac

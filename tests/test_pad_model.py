@@ -26,7 +26,7 @@ def load(path: Path) -> object:
     return transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
 
 
-@pytest.mark.parametrize(("tied", "width"), [(True, 4), (False, 4), (True, 2)])
+@pytest.mark.parametrize(("tied", "width"), [(True, 4), (False, 4), (True, 2), (True, 8)])
 def test_the_wide_model_computes_the_same_tokens(tmp_path: Path, tied: bool, width: int) -> None:
     small_llama(tmp_path / "src", tied)
     sizes = pad_model(tmp_path / "src", tmp_path / "wide", width)
