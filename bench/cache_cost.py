@@ -142,13 +142,15 @@ async def embedder_batching(quick: bool) -> dict[str, Any]:
 
 
 def judge_cost(quick: bool) -> dict[str, Any]:
+    from proxy.cache.config import CacheConfig, model_dir
     from proxy.cache.judge import Judge
 
     rows = [json.loads(x) for x in JUDGE_PAIRS.read_text().splitlines() if x.strip()]
     qa = [(r["a"], r["b"]) for r in rows]
-    judge = Judge.open(0.01, threads=1)
+    name = CacheConfig.from_settings().judge_model  # PROXY_CACHE_JUDGE_MODEL
+    judge = Judge.open(0.01, model_dir(name), threads=1)
     judge.logits(qa[:8])  # warm up
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"judge_model": name}
     rounds = 50 if quick else 600
     for size in (1, 2, 4):
         lat = []

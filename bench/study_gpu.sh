@@ -39,17 +39,24 @@ run() {  # TAG PORT WORKLOAD CONCURRENCY NUM [extra bench args]
   grep -h "Mean TPOT\|Output token throughput" /root/logs/bench_$tag.log | tr '\n' ' '; echo " <- $tag"
 }
 
+trained() {  # wait for train-model (its log ends in "done"), keep the log, write the workloads
+  until grep -q '^done' /root/train.log; do sleep 2; done
+  cp /root/train.log $R/
+  python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+}
+up() {  # PORT...: wait for each, then a few requests each so compile and graphs are not measured
+  wait_up "$@"
+  for p in "$@"; do run warm_$p $p code_edit 4 8 > /dev/null; done
+}
+
 case "$1" in
   A)  # train is done; workloads; spec decoding at low load on code
-    until grep -q '^done' /root/train.log; do sleep 2; done
+    trained
     cat /root/model/train_report.json /root/draft/train_report.json > $R/train_reports.json
-    cp /root/train.log $R/
-    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
     start base 8001 baseline --set kv-cache-memory-bytes=6G
     start ngram 8002 spec-ngram --set kv-cache-memory-bytes=6G
     start draft 8003 spec-draft --set kv-cache-memory-bytes=6G
-    wait_up 8001 8002 8003
-    for p in 8001 8002 8003; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    up 8001 8002 8003
     for rep in 1 2 3; do
       run base_edit_$rep 8001 code_edit 4 48
       run ngram_edit_$rep 8002 code_edit 4 48
@@ -79,14 +86,11 @@ case "$1" in
     done
     ;;
   C)  # a second session: draft-model speculation measured, n-gram at concurrency 1 too
-    until grep -q '^done' /root/train.log; do sleep 2; done
-    cp /root/train.log $R/
-    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
+    trained
     start base 8001 baseline --set kv-cache-memory-bytes=6G
     start ngram 8002 spec-ngram --set kv-cache-memory-bytes=6G
     start draft 8003 spec-draft --set kv-cache-memory-bytes=6G
-    wait_up 8001 8002 8003
-    for p in 8001 8002 8003; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    up 8001 8002 8003
     for rep in 1 2 3; do
       run draft_edit_$rep 8003 code_edit 4 48
       run base_edit_$rep 8001 code_edit 4 48
@@ -97,14 +101,11 @@ case "$1" in
     ;;
   P)  # spec decoding where decode is memory-bound: the trained model padded 4x wide
       # (`python -m deploy pad-model`, same tokens, ~16x the weights to read per step)
-    until grep -q '^done' /root/train.log; do sleep 2; done
-    cp /root/train.log $R/
+    trained
     python3 -m deploy pad-model /root/model /root/wide --width 4 > $R/pad.json
-    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
     start wbase 8011 baseline --model /root/wide --set kv-cache-memory-bytes=6G
     start wngram 8012 spec-ngram --model /root/wide --set kv-cache-memory-bytes=6G
-    wait_up 8011 8012
-    for p in 8011 8012; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    up 8011 8012
     for rep in 1 2 3; do
       run wbase_edit1c_$rep 8011 code_edit 1 16
       run wngram_edit1c_$rep 8012 code_edit 1 16
@@ -115,16 +116,13 @@ case "$1" in
   P2)  # n-gram drafting on the GPU (method ngram_gpu: async scheduling stays on, where the
       # CPU n-gram turns it off) vs the CPU n-gram vs no speculation, on the trained model padded
       # 8x wide (~3.3 B parameters' weight reads per step, same tokens)
-    until grep -q '^done' /root/train.log; do sleep 2; done
-    cp /root/train.log $R/
+    trained
     python3 -m deploy pad-model /root/model /root/wide8 --width 8 > $R/pad8.json
-    python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
     W=(--model /root/wide8 --set kv-cache-memory-bytes=4G --set gpu-memory-utilization=0.28)
     start xbase 8021 baseline "${W[@]}"
     start xngram 8022 spec-ngram "${W[@]}"
     start xngpu 8023 spec-ngram "${W[@]}" --set speculative-config.method=ngram_gpu
-    wait_up 8021 8022 8023
-    for p in 8021 8022 8023; do run warm_$p $p code_edit 4 8 > /dev/null; done
+    up 8021 8022 8023
     for rep in 1 2 3; do
       run xbase_edit1c_$rep 8021 code_edit 1 16
       run xngram_edit1c_$rep 8022 code_edit 1 16

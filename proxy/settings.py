@@ -65,6 +65,7 @@ class Settings:
     cache: str = "semantic"  # off | exact | semantic
     cache_threshold: float = 0.40  # cosine floor; the learned judge decides (docs/cache.md)
     cache_max_false_hit_rate: float = 0.01  # the learned judge's error bound (docs/cache.md)
+    cache_judge_model: str = "mpnet"  # mpnet | minilm | a directory from tools.judge.train
     cache_ttl: float = 3600.0
     cache_max_entries: int = 10000
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
@@ -181,6 +182,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "cache_threshold": ("PROXY_CACHE_THRESHOLD", _float, "semantic similarity threshold"),
     "cache_max_false_hit_rate": ("PROXY_CACHE_MAX_FALSE_HIT_RATE", _float,
                                  "largest share of semantic hits that may be wrong"),
+    "cache_judge_model": ("PROXY_CACHE_JUDGE_MODEL", _str,
+                          "the judge: mpnet | minilm | a model directory"),
     "cache_ttl": ("PROXY_CACHE_TTL", _float, "cache entry lifetime (s)"),
     "cache_max_entries": ("PROXY_CACHE_MAX_ENTRIES", _int, "cache size"),
     "cache_hedge": ("PROXY_CACHE_HEDGE", _onoff,
@@ -240,6 +243,9 @@ def _validate(s: Settings) -> None:
         (0.0 < s.cache_threshold <= 1.0, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),
         (0.0 < s.cache_max_false_hit_rate < 1.0,
          "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)"),
+        (s.cache_judge_model in ("mpnet", "minilm")
+         or os.path.isfile(os.path.join(s.cache_judge_model, "judge.json")),
+         "PROXY_CACHE_JUDGE_MODEL: mpnet, minilm or a directory with a judge.json"),
         (s.cache_ttl > 0, "PROXY_CACHE_TTL must be positive"),
         (s.cache_max_entries > 0, "PROXY_CACHE_MAX_ENTRIES must be positive"),
         (all(r in ("chat", "completions") or (r.startswith("key:") and len(r) > 4)

@@ -36,3 +36,19 @@ def test_flight_bound_defaults_reads_and_is_checked(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PROXY_CACHE_FLIGHT_MAX_BYTES", "-1")
     with pytest.raises(ValueError, match="PROXY_CACHE_FLIGHT_MAX_BYTES"):
         CacheConfig.from_settings()
+
+
+def test_judge_model_is_a_bundled_name_or_a_model_directory(monkeypatch, tmp_path) -> None:
+    from proxy.cache.config import JUDGES, model_dir
+
+    assert CacheConfig.from_settings().judge_model == "mpnet"
+    assert model_dir("mpnet") == JUDGES["mpnet"] and model_dir(None) == JUDGES["mpnet"]
+    assert all((path / "judge.json").is_file() for path in JUDGES.values())
+    monkeypatch.setenv("PROXY_CACHE_JUDGE_MODEL", "minilm")
+    assert model_dir(CacheConfig.from_settings().judge_model) == JUDGES["minilm"]
+    (tmp_path / "judge.json").write_text("{}")
+    monkeypatch.setenv("PROXY_CACHE_JUDGE_MODEL", str(tmp_path))
+    assert model_dir(CacheConfig.from_settings().judge_model) == tmp_path
+    monkeypatch.setenv("PROXY_CACHE_JUDGE_MODEL", str(tmp_path / "nothing-here"))
+    with pytest.raises(ValueError, match="PROXY_CACHE_JUDGE_MODEL"):
+        CacheConfig.from_settings()

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from proxy.cache.calibrate import pick
+from proxy.cache.config import model_dir
 from proxy.cache.judge import MODEL_DIR, Judge
 from tests.cache_support import judge
 
@@ -23,8 +24,10 @@ DIFFERENT = [
 ]
 
 
-def test_model_is_committed_small_and_loads_offline() -> None:
-    assert (MODEL_DIR / "judge.onnx").stat().st_size < 30_000_000
+def test_model_is_committed_in_small_files_and_loads_offline() -> None:
+    files = list(MODEL_DIR.iterdir())
+    assert {"judge.onnx", "judge.json", "tokenizer.json"} <= {f.name for f in files}
+    assert all(f.stat().st_size < 45_000_000 for f in files)  # mpnet's weights: 3 side files
     j = Judge.open(0.01)
     assert j.threshold == pick(j.rows, 0.01)
     assert 0.0 < j.floor < 1.0
@@ -39,6 +42,15 @@ def test_same_questions_score_above_different_ones() -> None:
     assert min(scores[:len(SAME)]) > max(scores[len(SAME):]), scores
     assert all(j.accepts(s) for s in scores[:len(SAME)]) and not any(
         j.accepts(s) for s in scores[len(SAME):])  # at the tests' fixed threshold
+
+
+@pytest.mark.parametrize("name", ["mpnet", "minilm"])
+def test_each_bundled_judge_ranks_same_questions_above_different_ones(name: str) -> None:
+    j = Judge.open(0.05, model_dir(name))
+    scores = j.logits([*SAME, *DIFFERENT])
+    assert min(scores[:len(SAME)]) > max(scores[len(SAME):]), scores
+    assert math.isfinite(j.threshold)  # both calibrate at 5 % on dev
+    j.close()
 
 
 def test_batched_scores_equal_one_at_a_time() -> None:

@@ -8,6 +8,21 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("off", "exact", "semantic")
+HERE = Path(__file__).resolve().parent
+JUDGES = {"mpnet": HERE / "judge_model", "minilm": HERE / "judge_model_minilm"}
+
+
+def model_dir(name: str | None) -> Path:
+    """PROXY_CACHE_JUDGE_MODEL: a bundled judge by name, else a directory holding judge.json."""
+    if not name:
+        return JUDGES["mpnet"]
+    if name in JUDGES:
+        return JUDGES[name]
+    path = Path(name)
+    if not (path / "judge.json").is_file():
+        raise ValueError(f"PROXY_CACHE_JUDGE_MODEL must be one of {sorted(JUDGES)} or a "
+                         f"directory with a judge.json, not {name!r}")
+    return path
 EMBED_BACKENDS = ("onnx", "torch")
 
 
@@ -33,6 +48,9 @@ class CacheConfig:
     # PROXY_CACHE_JUDGE_MAX_PENDING: lookups that may wait for the judge at once; past it a
     # lookup skips the judge (a miss, reason judge_busy) instead of queueing; 0 = no bound
     judge_max_pending: int = 4
+    # PROXY_CACHE_JUDGE_MODEL: mpnet (bundled, default) | minilm (bundled, ~6x cheaper per
+    # candidate, less recall at the same bound) | a directory made by tools.judge.train
+    judge_model: str = "mpnet"
 
     @staticmethod
     def from_settings(settings: Any = None) -> CacheConfig:
@@ -65,6 +83,7 @@ class CacheConfig:
                                       1 << 20)),
             judge_max_pending=int(pick("cache_judge_max_pending",
                                        "PROXY_CACHE_JUDGE_MAX_PENDING", 4)),
+            judge_model=str(pick("cache_judge_model", "PROXY_CACHE_JUDGE_MODEL", "mpnet")),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
@@ -78,6 +97,7 @@ class CacheConfig:
             raise ValueError("PROXY_CACHE_FLIGHT_MAX_BYTES must be at least 0")
         if cfg.judge_max_pending < 0:
             raise ValueError("PROXY_CACHE_JUDGE_MAX_PENDING must be at least 0")
+        model_dir(cfg.judge_model)  # raises on an unknown name or a directory without a model
         if cfg.max_entries < 1:
             raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")
         return cfg

@@ -24,7 +24,7 @@ import orjson
 
 from proxy.cache import open_cache
 from proxy.cache.calibrate import interval
-from proxy.cache.config import CacheConfig
+from proxy.cache.config import CacheConfig, model_dir
 from proxy.cache.embedder import Embedder
 from proxy.cache.judge import Judge
 from proxy.types import CacheRequest, Completion
@@ -64,7 +64,7 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
                   threshold=threshold if threshold is not None else cfg.threshold,
                   judge_max_pending=0)
     embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
-    judge = await Judge.load(cfg.max_false_hit_rate)
+    judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model))
     try:
         results = await asyncio.gather(*(_pair(cfg, embedder, judge, p["a"], p["b"])
                                          for p in pairs))

@@ -1,10 +1,11 @@
 """The learned second stage: a cross-encoder reads both questions and scores "same answer".
 
-The model (proxy/cache/judge_model/: an int8 ONNX MiniLM cross-encoder, its tokenizer and its
-calibration table) is trained by `python -m tools.judge.train`. At start the threshold is
-picked from the table for the operator's `PROXY_CACHE_MAX_FALSE_HIT_RATE`. Scoring runs on
-ONNX Runtime in one worker thread, one hop per lookup for all its candidates; a pair longer
-than the model's window scores -inf (never a hit).
+The model (proxy/cache/judge_model/: an int8 ONNX mpnet cross-encoder, its tokenizer and its
+calibration table; judge_model_minilm/: a MiniLM one, ~6x cheaper and less accurate) is trained
+by `python -m tools.judge.sweep` on a GPU and exported by `python -m tools.judge.train`. At start
+the threshold is picked from the table for the operator's `PROXY_CACHE_MAX_FALSE_HIT_RATE`.
+Scoring runs on ONNX Runtime in one worker thread, one hop per lookup for all its candidates; a
+pair longer than the model's window scores -inf (never a hit).
 """
 
 from __future__ import annotations

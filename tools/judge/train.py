@@ -50,9 +50,11 @@ class PairScorer:
                 self.dropout = torch.nn.Dropout(0.1)
                 self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
 
-            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            def forward(self, input_ids: Any, attention_mask: Any,
+                        token_type_ids: Any = None) -> Any:
+                types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
                 hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                      token_type_ids=token_type_ids).last_hidden_state
+                                      **types).last_hidden_state
                 if pooling == "cls":
                     return self.head(self.dropout(hidden[:, 0]))
                 mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
@@ -109,14 +111,15 @@ def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
     return model, tok
 
 
-def export(model: Any, tok: Any, out: Path) -> None:
+def export(model: Any, tok: Any, out: Path, base: str | None = None,
+           per_channel: bool = True) -> None:
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = model.float().to("cpu")
     out.mkdir(parents=True, exist_ok=True)
     sample = tok(["a question"], ["another question"], return_tensors="pt")
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
     fp32 = out / "judge.fp32.onnx"
 
     class Logits(torch.nn.Module):
@@ -124,17 +127,56 @@ def export(model: Any, tok: Any, out: Path) -> None:
             super().__init__()
             self.inner = model
 
-        def forward(self, ids: Any, mask: Any, types: Any) -> Any:
-            return self.inner(ids, mask, types)
+        def forward(self, *inputs: Any) -> Any:
+            return self.inner(*inputs)
 
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"logits": {0: "batch"}}
     with torch.inference_mode():
         torch.onnx.export(Logits().eval(), tuple(sample[n] for n in names), str(fp32),
                           input_names=names, output_names=["logits"], dynamic_axes=axes,
                           opset_version=17, dynamo=False)
-    quantize_dynamic(str(fp32), str(out / "judge.onnx"), weight_type=QuantType.QInt8)
+    for old in out.glob("judge.onnx*"):
+        old.unlink()
+    # per-tensor weight scales cost mpnet dearly (logits' correlation with fp32 0.71, per
+    # channel 0.96); MiniLM calibrates a little better per tensor (docs/cache.md)
+    quantize_dynamic(str(fp32), str(out / "judge.onnx"), weight_type=QuantType.QInt8,
+                     per_channel=per_channel)
     fp32.unlink()
-    shutil.copy(Path(default_model_path()) / "tokenizer.json", out / "tokenizer.json")
+    split_weights(out / "judge.onnx")
+    shutil.copy(Path(base or default_model_path()) / "tokenizer.json", out / "tokenizer.json")
+
+
+def split_weights(path: Path, max_bytes: int = 40_000_000) -> None:
+    """Moves the weights of an ONNX file over `max_bytes` into side files of at most that
+    size (judge.onnx.data0, ...; ONNX external data, which ONNX Runtime reads from beside the
+    model), so no committed file is large."""
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    if path.stat().st_size <= max_bytes:
+        return
+    model = onnx.load(str(path))
+    part, used, handle = 0, 0, None
+    try:
+        for tensor in model.graph.initializer:
+            raw = tensor.raw_data
+            if len(raw) < 1024:
+                continue
+            if handle is None or used + len(raw) > max_bytes:
+                if handle is not None:
+                    handle.close()
+                    part += 1
+                handle, used = (path.parent / f"{path.name}.data{part}").open("wb"), 0
+            set_external_data(tensor, location=f"{path.name}.data{part}", offset=used,
+                              length=len(raw))
+            handle.write(raw)
+            used += len(raw)
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+    finally:
+        if handle is not None:
+            handle.close()
+    onnx.save(model, str(path))
 
 
 def cosines(pairs: list[dict[str, Any]]) -> list[float]:
@@ -164,6 +206,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--floor", type=float, default=0.4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pooling", choices=("mean", "cls"), default="mean")
+    parser.add_argument("--base", default=None,
+                        help="the encoder to start from (default: the embedder's MiniLM); "
+                             "e.g. all-mpnet-base-v2, see docs/cache.md")
+    parser.add_argument("--quant", choices=("per-channel", "per-tensor"), default="per-channel",
+                        help="int8 weight scales of the exported model")
     parser.add_argument("--weights", type=Path, default=None,
                         help="trained weights (a state dict, e.g. from tools.judge.sweep on a "
                              "GPU) to export and calibrate instead of training here")
@@ -181,14 +228,14 @@ def main(argv: list[str] | None = None) -> None:
         if args.weights:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(default_model_path())
-            model = PairScorer.build(default_model_path(), args.pooling)
+            tok = AutoTokenizer.from_pretrained(args.base or default_model_path())
+            model = PairScorer.build(args.base or default_model_path(), args.pooling)
             model.load_state_dict({k: v.float() for k, v in torch.load(args.weights).items()})
             model.eval()
         else:
             model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch,
-                               pooling=args.pooling)
-        export(model, tok, args.out)
+                               base=args.base, pooling=args.pooling)
+        export(model, tok, args.out, args.base, per_channel=args.quant == "per-channel")
         meta = {"model": "judge.onnx", "max_tokens": MAX_TOKENS, "floor": args.floor,
                 "confidence": 0.95, "table": [],
                 "trained": {k: str(v) for k, v in vars(args).items()
