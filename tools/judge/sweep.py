@@ -61,7 +61,8 @@ def metrics(scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tools.judge.sweep")
-    ap.add_argument("--base", required=True, help="the MiniLM weights to start from")
+    ap.add_argument("--base", required=True,
+                    help="the encoder to start from (MiniLM or all-mpnet-base-v2, in fp16 or not)")
     ap.add_argument("--data", type=Path, default=Path("tests/data/judge"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", default="cuda")

