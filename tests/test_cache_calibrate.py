@@ -81,3 +81,18 @@ def test_family_bound_never_below_the_pair_bound() -> None:
     for r, p in zip(rows, plain, strict=True):
         assert (r.hits, r.false_hits) == (p.hits, p.false_hits)
         assert r.upper >= p.upper
+
+
+def test_family_interval_is_wider_when_a_family_errs_together() -> None:
+    from proxy.cache.calibrate import family_interval, interval
+
+    families = [f"f{i // 10}" for i in range(100)]  # ten families of ten pairs
+    hit = [True] * 100
+    wrong = [f == "f0" for f in families]  # one whole family wrong: 10 of 100
+    low, high = family_interval(hit, wrong, families)
+    plow, phigh = interval(10, 100)
+    assert low < plow and high > phigh  # wider than treating pairs as trials
+    assert low <= 0.1 <= high
+    assert low == 0.0  # a resample without the bad family has no false hit
+    assert family_interval(hit, wrong, families) == (low, high)  # seeded
+    assert family_interval([False] * 100, wrong, families) == (0.0, 1.0)  # no hits: no evidence

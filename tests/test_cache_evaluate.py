@@ -34,7 +34,7 @@ def test_labelled_set_is_big_and_balanced() -> None:
 @pytest.mark.slow
 def test_the_false_hit_bound_holds_on_the_test_split() -> None:
     report = run()  # the test split by default
-    assert set(report) == KEYS
+    assert set(report) == KEYS | {"false_hit_rate_95ci_families"}  # its pairs name families
     assert report["pairs"] >= 500
     assert report["false_hit_rate_95ci"][0] <= report["max_false_hit_rate"]
 
@@ -82,7 +82,8 @@ def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: 
               "remove whitespace from a string", "check if a file exists"]
     path = tmp_path / "pairs.jsonl"
     path.write_text("\n".join(json.dumps({"a": f"How do I {t} in Python?",
-                                          "b": f"how do i {t} in python", "same": True})
+                                          "b": f"how do i {t} in python", "same": True,
+                                          "family": t})
                               for t in topics))
     out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
                          cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
@@ -91,3 +92,4 @@ def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: 
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["judge_threshold"] is not None
     assert report["true_hits"] == len(topics)
+    assert report["false_hit_rate_95ci_families"] == [0.0, 0.0]  # families named: their interval

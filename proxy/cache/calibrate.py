@@ -112,6 +112,30 @@ def _cluster_bounds(scores: Sequence[float], same: Sequence[bool], thresholds: S
     return [float(x) for x in np.quantile(rate, confidence, axis=0)]
 
 
+def family_interval(hit: Sequence[bool], wrong: Sequence[bool], families: Sequence[str],
+                    confidence: float = 0.95, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float]:
+    """Two-sided percentile interval of the false-hit rate (wrong hits / hits) over a bootstrap
+    that resamples whole families: the honest interval when pairs of one family err together
+    (resamples without hits are left out)."""
+    import numpy as np
+
+    names = sorted(set(families))
+    index = {f: i for i, f in enumerate(names)}
+    fam = np.array([index[f] for f in families])
+    h = np.bincount(fam, weights=np.asarray(hit, dtype=np.float64), minlength=len(names))
+    w = np.bincount(fam, weights=np.asarray(hit, dtype=bool) & np.asarray(wrong, dtype=bool),
+                    minlength=len(names))
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(len(names), [1 / len(names)] * len(names), size=resamples)
+    hits, false = weights @ h, weights @ w
+    rate = false[hits > 0] / hits[hits > 0]
+    if not len(rate):
+        return 0.0, 1.0
+    tail = (1 - confidence) / 2
+    return float(np.quantile(rate, tail)), float(np.quantile(rate, 1 - tail))
+
+
 def start_hits(rate: float, confidence: float = 0.95, limit: int = 20000) -> int:
     """The fewest hits at which the bound can show `rate` for a judge that errs at half of it:
     from n on, floor(n * rate / 2) false hits in n keep the upper bound within `rate`."""

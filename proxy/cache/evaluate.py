@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from proxy.cache import open_cache
-from proxy.cache.calibrate import interval
+from proxy.cache.calibrate import family_interval, interval
 from proxy.cache.config import CacheConfig, model_dir
 from proxy.cache.embedder import Embedder
 from proxy.cache.judge import Judge
@@ -90,11 +90,16 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
     positives = sum(bool(p["same"]) for p in pairs)
     hits = true_hits + false_hits
     low, high = interval(false_hits, hits)
+    by_family: dict[str, Any] = {}
+    if pairs and all("family" in p for p in pairs):  # pairs of one family err together
+        flo, fhi = family_interval([hit for hit, _ in results],
+                                   [not p["same"] for p in pairs], [p["family"] for p in pairs])
+        by_family = {"false_hit_rate_95ci_families": [round(flo, 4), round(fhi, 4)]}
     return {"pairs": len(pairs), "true_hits": true_hits, "false_hits": false_hits,
             "missed": missed, "precision": round(true_hits / hits, 4) if hits else 1.0,
             "recall": round(true_hits / positives, 4) if positives else 1.0,
             "false_hit_rate": round(false_hits / hits, 4) if hits else 0.0,
-            "false_hit_rate_95ci": [round(low, 4), round(high, 4)],
+            "false_hit_rate_95ci": [round(low, 4), round(high, 4)], **by_family,
             "max_false_hit_rate": cfg.max_false_hit_rate,
             "judge_threshold": judge.threshold, "cosine_floor": cfg.threshold}
 
