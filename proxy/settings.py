@@ -196,6 +196,16 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
 }
 
 
+def _judge_model_ok(name: str) -> bool:
+    from proxy.cache.config import model_dir  # paths only: no model is loaded
+
+    try:
+        model_dir(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _validate(s: Settings) -> None:
     if not s.upstreams:
         raise SettingsError("PROXY_UPSTREAM: at least one vLLM base URL is needed")
@@ -243,8 +253,7 @@ def _validate(s: Settings) -> None:
         (0.0 < s.cache_threshold <= 1.0, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),
         (0.0 < s.cache_max_false_hit_rate < 1.0,
          "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)"),
-        (s.cache_judge_model in ("mpnet", "minilm")
-         or os.path.isfile(os.path.join(s.cache_judge_model, "judge.json")),
+        (_judge_model_ok(s.cache_judge_model),
          "PROXY_CACHE_JUDGE_MODEL: mpnet, minilm or a directory with a judge.json"),
         (s.cache_ttl > 0, "PROXY_CACHE_TTL must be positive"),
         (s.cache_max_entries > 0, "PROXY_CACHE_MAX_ENTRIES must be positive"),

@@ -96,3 +96,7 @@ def test_family_interval_is_wider_when_a_family_errs_together() -> None:
     assert low == 0.0  # a resample without the bad family has no false hit
     assert family_interval(hit, wrong, families) == (low, high)  # seeded
     assert family_interval([False] * 100, wrong, families) == (0.0, 1.0)  # no hits: no evidence
+    clean = family_interval(hit, [False] * 100, families)
+    assert clean[0] == 0.0 and clean[1] == interval(0, 100)[1] > 0  # never narrower than pairs
+    with pytest.raises(ValueError, match="non-empty"):
+        family_interval([], [], [])

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "tests" / "data" / "cache_pairs.jsonl"
 
 KEYS = {"pairs", "true_hits", "false_hits", "missed", "precision", "recall", "false_hit_rate",
-        "false_hit_rate_95ci", "max_false_hit_rate", "judge_threshold", "cosine_floor"}
+        "false_hit_rate_95ci", "max_false_hit_rate", "judge_threshold", "cosine_floor",
+        "judge_model"}
 
 
 def run(*args: str) -> dict[str, Any]:
@@ -81,15 +82,19 @@ def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: 
               "merge two dictionaries", "flatten a nested list", "count words in a string",
               "remove whitespace from a string", "check if a file exists"]
     path = tmp_path / "pairs.jsonl"
-    path.write_text("\n".join(json.dumps({"a": f"How do I {t} in Python?",
-                                          "b": f"how do i {t} in python", "same": True,
-                                          "family": t})
-                              for t in topics))
+    wrong = {"a": "How do I sort a list?", "b": "How do I sort a list?", "same": False,
+             "family": "mislabelled"}  # identical texts always hit: one false hit
+    path.write_text("\n".join([json.dumps({"a": f"How do I {t} in Python?",
+                                           "b": f"how do i {t} in python", "same": True,
+                                           "family": t}) for t in topics]
+                              + [json.dumps(wrong)]))
     out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
                          cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
                          env={**os.environ, "PROXY_CACHE_JUDGE_MAX_PENDING": "1",
                               "PROXY_CACHE_MAX_FALSE_HIT_RATE": "0.25"})
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["judge_threshold"] is not None
-    assert report["true_hits"] == len(topics)
-    assert report["false_hit_rate_95ci_families"] == [0.0, 0.0]  # families named: their interval
+    assert (report["true_hits"], report["false_hits"]) == (len(topics), 1)
+    low, high = report["false_hit_rate_95ci_families"]  # families named: their interval too
+    assert low <= 1 / 9 <= high and high >= report["false_hit_rate_95ci"][1]
+    assert report["judge_model"] == "mpnet"

@@ -30,6 +30,7 @@ def test_env_then_flags_override():
     ({"PROXY_GREEDY": "maybe"}, "PROXY_GREEDY"),
     ({"PROXY_CACHE": "lru"}, "PROXY_CACHE"),
     ({"PROXY_CACHE_THRESHOLD": "1.5"}, "PROXY_CACHE_THRESHOLD"),
+    ({"PROXY_CACHE_JUDGE_MODEL": "/no/such/judge"}, "PROXY_CACHE_JUDGE_MODEL"),
     ({"PROXY_ROUTING": "random"}, "PROXY_ROUTING"),
     ({"PROXY_ROUTING_BLOCK_SIZE": "0"}, "PROXY_ROUTING_BLOCK_SIZE"),
     ({"PROXY_ROUTING_LOAD_SLACK": "0"}, "PROXY_ROUTING_LOAD_SLACK"),
@@ -58,3 +59,8 @@ def test_exact_only_rules():
     assert s.cache_exact_only == ("chat", "key:0123abcd")
     with pytest.raises(SettingsError, match="PROXY_CACHE_EXACT_ONLY"):
         load_settings({"PROXY_CACHE_EXACT_ONLY": "embeddings"})
+
+
+def test_judge_model_takes_a_bundled_name_in_any_case():
+    assert load_settings({"PROXY_CACHE_JUDGE_MODEL": "MiniLM"}).cache_judge_model == "MiniLM"
+    assert load_settings({}).cache_judge_model == "mpnet"

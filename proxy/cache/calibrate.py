@@ -115,25 +115,29 @@ def _cluster_bounds(scores: Sequence[float], same: Sequence[bool], thresholds: S
 def family_interval(hit: Sequence[bool], wrong: Sequence[bool], families: Sequence[str],
                     confidence: float = 0.95, resamples: int = 2000,
                     seed: int = 0) -> tuple[float, float]:
-    """Two-sided percentile interval of the false-hit rate (wrong hits / hits) over a bootstrap
-    that resamples whole families: the honest interval when pairs of one family err together
-    (resamples without hits are left out)."""
+    """Two-sided interval of the false-hit rate (wrong hits / hits) when pairs of one family err
+    together: the percentile interval over a bootstrap that resamples whole families (a
+    resample without hits counts as rate 1, no evidence, as in `table`), widened to contain
+    the Clopper-Pearson interval over pairs, so it is never the narrower of the two."""
     import numpy as np
 
+    if not (len(hit) == len(wrong) == len(families)) or not len(hit):
+        raise ValueError("family_interval needs equally long, non-empty sequences")
     names = sorted(set(families))
     index = {f: i for i, f in enumerate(names)}
     fam = np.array([index[f] for f in families])
-    h = np.bincount(fam, weights=np.asarray(hit, dtype=np.float64), minlength=len(names))
-    w = np.bincount(fam, weights=np.asarray(hit, dtype=bool) & np.asarray(wrong, dtype=bool),
-                    minlength=len(names))
+    served = np.asarray(hit, dtype=bool)
+    bad = served & np.asarray(wrong, dtype=bool)
+    h = np.bincount(fam, weights=served.astype(np.float64), minlength=len(names))
+    w = np.bincount(fam, weights=bad.astype(np.float64), minlength=len(names))
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(len(names), [1 / len(names)] * len(names), size=resamples)
     hits, false = weights @ h, weights @ w
-    rate = false[hits > 0] / hits[hits > 0]
-    if not len(rate):
-        return 0.0, 1.0
+    rate = np.where(hits > 0, false / np.maximum(hits, 1), 1.0)
     tail = (1 - confidence) / 2
-    return float(np.quantile(rate, tail)), float(np.quantile(rate, 1 - tail))
+    low, high = interval(int(bad.sum()), int(served.sum()), confidence)
+    return (min(low, float(np.quantile(rate, tail))),
+            max(high, float(np.quantile(rate, 1 - tail))))
 
 
 def start_hits(rate: float, confidence: float = 0.95, limit: int = 20000) -> int:

@@ -16,9 +16,9 @@ def model_dir(name: str | None) -> Path:
     """PROXY_CACHE_JUDGE_MODEL: a bundled judge by name, else a directory holding judge.json."""
     if not name:
         return JUDGES["mpnet"]
-    if name in JUDGES:
-        return JUDGES[name]
-    path = Path(name)
+    if name.lower() in JUDGES:
+        return JUDGES[name.lower()]
+    path = Path(name).expanduser()
     if not (path / "judge.json").is_file():
         raise ValueError(f"PROXY_CACHE_JUDGE_MODEL must be one of {sorted(JUDGES)} or a "
                          f"directory with a judge.json, not {name!r}")

@@ -1,13 +1,15 @@
 """python -m proxy.cache.evaluate [--pairs PAIRS.jsonl] [--threshold FLOOR] [--verbose]
 
-Each line: {"a": ..., "b": ..., "same": true|false} (other fields are ignored; `kind` breaks
-down the mistakes with --verbose). Without --pairs: the test split, tests/data/judge/test.jsonl.
+Each line: {"a": ..., "b": ..., "same": true|false} (`kind` breaks down the mistakes with
+--verbose; `family`, when every pair has one, adds a family-bootstrap interval; other fields are
+ignored). Without --pairs: the test split, tests/data/judge/test.jsonl.
 For every pair: store `a` in a fresh cache with the default settings (embedded store, semantic
 mode, the learned judge at PROXY_CACHE_MAX_FALSE_HIT_RATE), look up `b`, and count a hit as a
 claim that the two questions have the same answer. Prints the mistakes with --verbose and, as
 its last line, one JSON object: pairs, true_hits, false_hits, missed, precision, recall,
-false_hit_rate (false hits / hits) with its two-sided 95% Clopper-Pearson interval, and the
-settings used. All pairs run concurrently over one shared embedder and judge.
+false_hit_rate (false hits / hits) with its two-sided 95% Clopper-Pearson interval (and the
+families' one), and the settings used (the judge model among them). All pairs run
+concurrently over one shared embedder and judge.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
             "false_hit_rate": round(false_hits / hits, 4) if hits else 0.0,
             "false_hit_rate_95ci": [round(low, 4), round(high, 4)], **by_family,
             "max_false_hit_rate": cfg.max_false_hit_rate,
-            "judge_threshold": judge.threshold, "cosine_floor": cfg.threshold}
+            "judge_threshold": judge.threshold, "cosine_floor": cfg.threshold,
+            "judge_model": cfg.judge_model}
 
 
 def main(argv: list[str] | None = None) -> None:

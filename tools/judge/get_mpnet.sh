@@ -5,7 +5,8 @@
 # DIR gets config.json, model.safetensors and the tokenizer; --half also writes DIR-fp16 (the
 # 210 MB copy carried to a GPU machine in pieces, see docs/cache.md "The model").
 set -euo pipefail
-DIR=$1
+DIR=${1:?usage: bash tools/judge/get_mpnet.sh DIR [--half]}
+DIR=${DIR%/}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 for i in 1 2 3 4 5; do

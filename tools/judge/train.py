@@ -152,7 +152,8 @@ def export(model: Any, tok: Any, out: Path, base: str | None = None,
 def split_weights(path: Path, max_bytes: int = 40_000_000) -> None:
     """Moves the weights of an ONNX file over `max_bytes` into side files of at most that
     size (judge.onnx.data0, ...; ONNX external data, which ONNX Runtime reads from beside the
-    model), so no committed file is large."""
+    model), so no committed file is large. A single tensor over `max_bytes` gets a file of its
+    own (none does today: mpnet's largest, the word embeddings, is ~23 MB in int8)."""
     import onnx
     from onnx.external_data_helper import set_external_data
 
