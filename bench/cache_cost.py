@@ -147,10 +147,11 @@ def judge_cost(quick: bool) -> dict[str, Any]:
 
     rows = [json.loads(x) for x in JUDGE_PAIRS.read_text().splitlines() if x.strip()]
     qa = [(r["a"], r["b"]) for r in rows]
-    name = CacheConfig.from_settings().judge_model  # PROXY_CACHE_JUDGE_MODEL
-    judge = Judge.open(0.01, model_dir(name), threads=1)
+    cfg = CacheConfig.from_settings()  # PROXY_CACHE_JUDGE_MODEL, PROXY_CACHE_JUDGE_THREADS
+    name = cfg.judge_model
+    judge = Judge.open(0.01, model_dir(name), threads=cfg.judge_threads)
     judge.logits(qa[:8])  # warm up
-    out: dict[str, Any] = {"judge_model": name}
+    out: dict[str, Any] = {"judge_model": name, "judge_threads": cfg.judge_threads}
     rounds = 50 if quick else 600
     for size in (1, 2, 4):
         lat = []

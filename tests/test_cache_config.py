@@ -52,3 +52,12 @@ def test_judge_model_is_a_bundled_name_or_a_model_directory(monkeypatch, tmp_pat
     monkeypatch.setenv("PROXY_CACHE_JUDGE_MODEL", str(tmp_path / "nothing-here"))
     with pytest.raises(ValueError, match="PROXY_CACHE_JUDGE_MODEL"):
         CacheConfig.from_settings()
+
+
+def test_judge_threads_default_to_one_and_are_checked(monkeypatch) -> None:
+    assert CacheConfig.from_settings().judge_threads == 1
+    monkeypatch.setenv("PROXY_CACHE_JUDGE_THREADS", "2")
+    assert CacheConfig.from_settings().judge_threads == 2
+    monkeypatch.setenv("PROXY_CACHE_JUDGE_THREADS", "0")
+    with pytest.raises(ValueError, match="PROXY_CACHE_JUDGE_THREADS"):
+        CacheConfig.from_settings()

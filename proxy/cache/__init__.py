@@ -47,7 +47,8 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
         embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads,
                                         cfg.embed_backend)
     if cfg.mode == "semantic" and judge is None:
-        judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model))
+        judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model),
+                             cfg.judge_threads)
     store: Store
     claims = None
     if cfg.redis_url:

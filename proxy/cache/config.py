@@ -51,6 +51,10 @@ class CacheConfig:
     # PROXY_CACHE_JUDGE_MODEL: mpnet (bundled, default) | minilm (bundled, ~6x cheaper per
     # candidate, less recall at the same bound) | a directory made by tools.judge.train
     judge_model: str = "mpnet"
+    # PROXY_CACHE_JUDGE_THREADS: ONNX Runtime threads for one judge pass (the judge runs one
+    # pass at a time); for hosts with idle cores: on the shared 2-core box 2 threads were
+    # 2x slower in the bench (docs/cache.md)
+    judge_threads: int = 1
 
     @staticmethod
     def from_settings(settings: Any = None) -> CacheConfig:
@@ -84,6 +88,7 @@ class CacheConfig:
             judge_max_pending=int(pick("cache_judge_max_pending",
                                        "PROXY_CACHE_JUDGE_MAX_PENDING", 4)),
             judge_model=str(pick("cache_judge_model", "PROXY_CACHE_JUDGE_MODEL", "mpnet")),
+            judge_threads=int(pick("cache_judge_threads", "PROXY_CACHE_JUDGE_THREADS", 1)),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"PROXY_CACHE must be one of {MODES}, not {cfg.mode!r}")
@@ -95,6 +100,8 @@ class CacheConfig:
             raise ValueError("PROXY_CACHE_EMBED_BACKEND must be onnx or torch")
         if cfg.flight_max_bytes < 0:
             raise ValueError("PROXY_CACHE_FLIGHT_MAX_BYTES must be at least 0")
+        if cfg.judge_threads < 1:
+            raise ValueError("PROXY_CACHE_JUDGE_THREADS must be at least 1")
         if cfg.judge_max_pending < 0:
             raise ValueError("PROXY_CACHE_JUDGE_MAX_PENDING must be at least 0")
         model_dir(cfg.judge_model)  # raises on an unknown name or a directory without a model

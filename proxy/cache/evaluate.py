@@ -66,7 +66,8 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
                   threshold=threshold if threshold is not None else cfg.threshold,
                   judge_max_pending=0)
     embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
-    judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model))
+    judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model),
+                             cfg.judge_threads)
     try:
         results = await asyncio.gather(*(_pair(cfg, embedder, judge, p["a"], p["b"])
                                          for p in pairs))
