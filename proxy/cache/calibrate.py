@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +98,32 @@ def _cluster_bounds(scores: Sequence[float], same: Sequence[bool], thresholds: S
                     seed: int) -> list[float]:
     import numpy as np
 
-    names = sorted(set(families))
-    index = {f: i for i, f in enumerate(names)}
-    fam = np.array([index[f] for f in families])
     s = np.asarray(scores, dtype=np.float64)
     wrong = ~np.asarray(same, dtype=bool)
     t = np.asarray(thresholds, dtype=np.float64)
     passes = s[:, None] >= t[None, :]  # pairs x thresholds
-    hits = np.zeros((len(names), len(t)))
-    false = np.zeros((len(names), len(t)))
-    np.add.at(hits, fam, passes)
-    np.add.at(false, fam, passes & wrong[:, None])
+    rate = _resampled_rates(passes, passes & wrong[:, None], families, resamples, seed)
+    return [float(x) for x in np.quantile(rate, confidence, axis=0)]
+
+
+def _resampled_rates(served: np.ndarray, bad: np.ndarray, families: Sequence[str],
+                     resamples: int, seed: int) -> np.ndarray:
+    """The false-hit rate (bad / served, pairs x columns of booleans) in each of `resamples`
+    seeded bootstrap draws of whole families: resamples x columns; a draw without hits in a
+    column counts as rate 1 (no evidence)."""
+    import numpy as np
+
+    names = sorted(set(families))
+    index = {f: i for i, f in enumerate(names)}
+    fam = np.array([index[f] for f in families])
+    hits = np.zeros((len(names), served.shape[1]))
+    false = np.zeros((len(names), served.shape[1]))
+    np.add.at(hits, fam, served)
+    np.add.at(false, fam, bad)
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(len(names), [1 / len(names)] * len(names), size=resamples)
-    h, f = weights @ hits, weights @ false  # resamples x thresholds
-    rate = np.where(h > 0, f / np.maximum(h, 1), 1.0)
-    return [float(x) for x in np.quantile(rate, confidence, axis=0)]
+    h, f = weights @ hits, weights @ false
+    return np.where(h > 0, f / np.maximum(h, 1), 1.0)
 
 
 def family_interval(hit: Sequence[bool], wrong: Sequence[bool], families: Sequence[str],
@@ -123,17 +137,9 @@ def family_interval(hit: Sequence[bool], wrong: Sequence[bool], families: Sequen
 
     if not (len(hit) == len(wrong) == len(families)) or not len(hit):
         raise ValueError("family_interval needs equally long, non-empty sequences")
-    names = sorted(set(families))
-    index = {f: i for i, f in enumerate(names)}
-    fam = np.array([index[f] for f in families])
     served = np.asarray(hit, dtype=bool)
     bad = served & np.asarray(wrong, dtype=bool)
-    h = np.bincount(fam, weights=served.astype(np.float64), minlength=len(names))
-    w = np.bincount(fam, weights=bad.astype(np.float64), minlength=len(names))
-    rng = np.random.default_rng(seed)
-    weights = rng.multinomial(len(names), [1 / len(names)] * len(names), size=resamples)
-    hits, false = weights @ h, weights @ w
-    rate = np.where(hits > 0, false / np.maximum(hits, 1), 1.0)
+    rate = _resampled_rates(served[:, None], bad[:, None], families, resamples, seed)[:, 0]
     tail = (1 - confidence) / 2
     low, high = interval(int(bad.sum()), int(served.sum()), confidence)
     return (min(low, float(np.quantile(rate, tail))),
