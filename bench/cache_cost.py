@@ -142,16 +142,15 @@ async def embedder_batching(quick: bool) -> dict[str, Any]:
 
 
 def judge_cost(quick: bool) -> dict[str, Any]:
-    from proxy.cache.config import CacheConfig, model_dir
+    from proxy.cache.config import CacheConfig
     from proxy.cache.judge import Judge
 
     rows = [json.loads(x) for x in JUDGE_PAIRS.read_text().splitlines() if x.strip()]
     qa = [(r["a"], r["b"]) for r in rows]
     cfg = CacheConfig.from_settings()  # PROXY_CACHE_JUDGE_MODEL, PROXY_CACHE_JUDGE_THREADS
-    name = cfg.judge_model
-    judge = Judge.open(0.01, model_dir(name), threads=cfg.judge_threads)
+    judge = Judge.open(0.01, cfg.judge_dir, threads=cfg.judge_threads)
     judge.logits(qa[:8])  # warm up
-    out: dict[str, Any] = {"judge_model": name, "judge_threads": cfg.judge_threads}
+    out: dict[str, Any] = {"judge_model": cfg.judge_model, "judge_threads": cfg.judge_threads}
     rounds = 50 if quick else 600
     for size in (1, 2, 4):
         lat = []

@@ -32,7 +32,7 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
     longer cached answer at `max_tokens` is exact. `embedder` and `judge` let several caches
     share one (a shared judge keeps the threshold it was opened with).
     """
-    from proxy.cache.config import CacheConfig, model_dir
+    from proxy.cache.config import CacheConfig
     from proxy.cache.embedder import Embedder
     from proxy.cache.judge import Judge
     from proxy.cache.lookup import SemanticCache
@@ -47,8 +47,7 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
         embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads,
                                         cfg.embed_backend)
     if cfg.mode == "semantic" and judge is None:
-        judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model),
-                             cfg.judge_threads)
+        judge = await Judge.load(cfg.max_false_hit_rate, cfg.judge_dir, cfg.judge_threads)
     store: Store
     claims = None
     if cfg.redis_url:

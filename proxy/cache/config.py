@@ -56,6 +56,10 @@ class CacheConfig:
     # 2x slower in the bench (docs/cache.md)
     judge_threads: int = 1
 
+    @property
+    def judge_dir(self) -> Path:
+        return model_dir(self.judge_model)
+
     @staticmethod
     def from_settings(settings: Any = None) -> CacheConfig:
         """Attributes `cache_*` / `redis_url` of the app's settings win over PROXY_* env vars."""

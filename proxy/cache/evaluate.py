@@ -26,7 +26,7 @@ import orjson
 
 from proxy.cache import open_cache
 from proxy.cache.calibrate import family_interval, interval
-from proxy.cache.config import CacheConfig, model_dir
+from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder
 from proxy.cache.judge import Judge
 from proxy.types import CacheRequest, Completion
@@ -66,8 +66,7 @@ async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
                   threshold=threshold if threshold is not None else cfg.threshold,
                   judge_max_pending=0)
     embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
-    judge = await Judge.load(cfg.max_false_hit_rate, model_dir(cfg.judge_model),
-                             cfg.judge_threads)
+    judge = await Judge.load(cfg.max_false_hit_rate, cfg.judge_dir, cfg.judge_threads)
     try:
         results = await asyncio.gather(*(_pair(cfg, embedder, judge, p["a"], p["b"])
                                          for p in pairs))

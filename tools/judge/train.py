@@ -114,8 +114,7 @@ def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
     return model, tok
 
 
-def export(model: Any, tok: Any, out: Path, base: str | None = None,
-           per_channel: bool = True) -> None:
+def export(model: Any, tok: Any, out: Path, base: str, per_channel: bool = True) -> None:
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -146,7 +145,7 @@ def export(model: Any, tok: Any, out: Path, base: str | None = None,
                      per_channel=per_channel)
     fp32.unlink()
     split_weights(out / "judge.onnx")
-    shutil.copy(Path(base or default_model_path()) / "tokenizer.json", out / "tokenizer.json")
+    shutil.copy(Path(base) / "tokenizer.json", out / "tokenizer.json")
 
 
 def split_weights(path: Path, max_bytes: int = 40_000_000) -> None:
@@ -229,17 +228,18 @@ def main(argv: list[str] | None = None) -> None:
         meta = orjson.loads((args.out / "judge.json").read_bytes())
         meta["floor"] = args.floor
     else:
+        base = args.base or default_model_path()
         if args.weights:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(args.base or default_model_path())
-            model = PairScorer.build(args.base or default_model_path(), args.pooling)
+            tok = AutoTokenizer.from_pretrained(base)
+            model = PairScorer.build(base, args.pooling)
             model.load_state_dict({k: v.float() for k, v in torch.load(args.weights).items()})
             model.eval()
         else:
             model, tok = train(train_pairs, args.seed, args.epochs, args.lr, args.batch,
-                               base=args.base, pooling=args.pooling)
-        export(model, tok, args.out, args.base, per_channel=args.quant == "per-channel")
+                               base=base, pooling=args.pooling)
+        export(model, tok, args.out, base, per_channel=args.quant == "per-channel")
         meta = {"model": "judge.onnx", "max_tokens": MAX_TOKENS, "floor": args.floor,
                 "confidence": 0.95, "table": [],
                 "trained": {k: str(v) for k, v in vars(args).items()
