@@ -91,6 +91,10 @@ def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
             return "logprobs" if "logprob" in field or field == "echo" else "field"
     if not_understood(kind, body):
         return "unknown_field"
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True \
+            and options.get("continuous_usage_stats") is True:
+        return "continuous_usage"  # usage on every chunk: a stored stream has it on none
     if output_tokens(kind, body) is None and body.get(length_field(kind, body)) is not None:
         return "length"  # a length vLLM would reject or coerce: let it answer
     return None

@@ -131,7 +131,7 @@ class CompletionHandler:
             trace.weight = prompt_count(body["prompt"])
         if s.log_prompts:
             trace.prompt = body.get("messages") if kind == "chat" else body.get("prompt")
-        model = await d.catalog.resolve(body.get("model"))
+        model = await d.catalog.resolve(body.get("model") or None)  # "": vLLM's default too
         body["model"] = model.name
         in_limit = min(s.max_input_tokens or 1 << 31, (model.max_model_len or 1 << 31) - 1)
         clipper = clip.clip_chat if kind == "chat" else clip.clip_prompt

@@ -98,13 +98,17 @@ def validate(kind: Kind, body: dict[str, Any]) -> None:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object", param="stream_options")
-    _positive_int(body, "max_tokens")
-    _positive_int(body, "max_completion_tokens")
+    if not (kind == "completions" and body.get("echo") is True and body.get("max_tokens") == 0):
+        _positive_int(body, "max_tokens")  # echo alone: vLLM returns the prompt
+    if kind == "chat":
+        _positive_int(body, "max_completion_tokens")  # completions ignore the field
     n = body.get("n")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise BadRequest("'n' must be a positive integer", param="n")
 
 
 def wants_usage(body: dict[str, Any]) -> bool:
+    """stream_options.include_usage (params.check has coerced it as vLLM does)."""
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
+

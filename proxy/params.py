@@ -31,6 +31,12 @@ class VllmValueError(BadRequest):
     code = 400
 
 
+class _StreamOptions(BaseModel):  # vLLM's StreamOptions: lax bools ("yes", 1 -> True)
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
@@ -50,7 +56,7 @@ class _Common(BaseModel):
     min_tokens: int | None = None
     user: str | None = None
     ignore_eos: bool | None = None
-    best_of: int | None = None
+    stream_options: _StreamOptions | None = None
 
 
 class _Chat(_Common):
@@ -61,6 +67,7 @@ class _Chat(_Common):
 
 class _Completions(_Common):
     echo: bool | None = None
+    logprobs: int | None = None
 
 
 _MODELS: dict[Kind, type[_Common]] = {"chat": _Chat, "completions": _Completions}
@@ -68,8 +75,9 @@ _MODELS: dict[Kind, type[_Common]] = {"chat": _Chat, "completions": _Completions
 
 def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
     """Raise what vLLM would answer for these parameters; else coerce them in place."""
-    if kind == "completions" and "logprobs" in body and body["logprobs"] is not None \
-            and (isinstance(body["logprobs"], bool) or not isinstance(body["logprobs"], int)):
+    # vLLM's own check before its typing: a number (true is 1), else this error
+    if kind == "completions" and body.get("logprobs") is not None \
+            and not isinstance(body["logprobs"], int | float):
         raise VllmValueError(f"`logprobs` must be an integer. (parameter=logprobs, "
                              f"value={body['logprobs']})", param="logprobs")
     model = _MODELS[kind]
@@ -80,7 +88,9 @@ def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
         raise _type_error(exc) from None
     coerced = parsed.model_dump(exclude_unset=True)
     body.update(coerced)
-    _ranges(coerced)
+    # completions: echo with max_tokens 0 returns the prompt alone (vLLM runs it as 1 token)
+    _ranges(coerced, echo_only=kind == "completions" and coerced.get("echo") is True
+            and coerced.get("max_tokens") == 0)
     n = coerced.get("n")
     if greedy and n is not None and n > 1:
         raise VllmValueError(f"n={n} asks for {n} choices, but this proxy forces greedy "
@@ -106,7 +116,7 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return ".".join(["body", *(str(p) for p in loc if not _BRANCH.search(str(p)))])
 
 
-def _ranges(v: dict[str, Any]) -> None:
+def _ranges(v: dict[str, Any], echo_only: bool = False) -> None:
     """SamplingParams._verify_args, for the fields a client sets."""
     def bad(message: str, param: str | None = None) -> VllmValueError:
         return VllmValueError(message, param=param)
@@ -137,7 +147,9 @@ def _ranges(v: dict[str, Any]) -> None:
     if v.get("n") is not None and v["n"] < 1:
         raise bad(f"n must be at least 1, got {v['n']}.")
     mt = v.get("max_tokens")
-    if mt is not None and mt < 1:
+    if v.get("max_completion_tokens") is not None:  # chat: the field vLLM reads first
+        mt = v["max_completion_tokens"]
+    if mt is not None and mt < 1 and not echo_only:
         raise bad(f"max_tokens must be at least 1, got {mt}. (parameter=max_tokens, "
                   f"value={mt})", "max_tokens")
     mn = v.get("min_tokens")

@@ -32,12 +32,14 @@ def output_limit(max_output: int, context_len: int | None, input_tokens: int) ->
 def cap_output(kind: Kind, body: dict[str, Any],
                limit: int) -> tuple[dict[str, Any], int | None]:
     """Cap the output length vLLM will apply (proxy/effective.py: the field it reads) at limit,
-    or set max_tokens to limit when vLLM would apply none of the client's. Returns the new body
-    and what the client had asked for when that was clipped."""
+    or, when the client set none that vLLM reads, set max_tokens to vLLM's own default capped
+    at limit (completions: 16; chat: none, so the limit). Returns the new body and what the
+    client had asked for when that was clipped."""
     field = effective.length_field(kind, body)
     asked = body.get(field)
-    if asked is None or (kind == "completions" and "max_tokens" not in body):
-        return {**body, "max_tokens": limit}, None
+    if asked is None:
+        default = effective.output_tokens(kind, body)  # completions: 16; chat: None
+        return {**body, "max_tokens": limit if default is None else min(default, limit)}, None
     if not isinstance(asked, int) or isinstance(asked, bool) or asked <= limit:
         return body, None
     return {**body, field: limit}, asked
@@ -45,11 +47,13 @@ def cap_output(kind: Kind, body: dict[str, Any],
 
 def with_usage(body: dict[str, Any]) -> dict[str, Any]:
     """Streams always ask vLLM for the usage chunk (metrics, cache); the relay drops it again
-    for clients that did not ask."""
+    for clients that did not ask. Usage on every chunk only for a client that asks for usage
+    (continuous_usage_stats alone gets none from vLLM either)."""
     options = body.get("stream_options") or {}
     if options.get("include_usage") is True:
         return body
-    return {**body, "stream_options": {**options, "include_usage": True}}
+    kept = {k: v for k, v in options.items() if k != "continuous_usage_stats"}
+    return {**body, "stream_options": {**kept, "include_usage": True}}
 
 
 SEMANTIC_HEADER = "x-cache-semantic"  # "off": this request may only hit the exact tier

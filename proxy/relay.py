@@ -22,7 +22,7 @@ from proxy.upstream import UpstreamStream
 
 _USAGE = b'"usage"'
 _FINISHED = b'"finish_reason":"'  # a terminal chunk (vLLM writes no spaces)
-SSE = "text/event-stream"
+SSE = "text/event-stream; charset=utf-8"  # as vLLM (and Starlette for text/*) sends it
 
 
 @dataclass(slots=True)

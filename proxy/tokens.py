@@ -59,6 +59,44 @@ def _ids(encoded: Any) -> list[int]:
     return list(encoded)
 
 
+def _arguments(value: Any) -> Any:
+    if isinstance(value, dict) or not value:
+        return value or {}
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return {}  # vLLM coerces malformed history to an empty object and goes on
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def conversation(messages: Messages) -> Messages:
+    """The messages as vLLM hands them to the chat template (renderers/chat_utils.py): null
+    content is empty (an assistant turn of tool calls only), tool-call arguments are objects
+    (JSON strings parsed; invalid or empty ones {}), an empty tool_calls list is dropped."""
+    out = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            out.append(msg)
+            continue
+        m = dict(msg)
+        if m.get("content") is None:
+            m["content"] = ""
+        calls = m.get("tool_calls")
+        if m.get("role") == "assistant" and isinstance(calls, list):
+            if not calls:
+                m.pop("tool_calls")
+            else:
+                m["tool_calls"] = [
+                    {**c, "function": {**c["function"],
+                                       "arguments": _arguments(c["function"].get("arguments"))}}
+                    if isinstance(c, dict) and isinstance(c.get("function"), dict) else c
+                    for c in calls]
+        out.append(m)
+    return out
+
+
 class LocalCounter:
     def __init__(self, tokenizer: Any) -> None:
         self.tok = tokenizer
@@ -83,7 +121,8 @@ class LocalCounter:
     def _template(self, messages: Messages, tools: list[Any] | None) -> str:
         try:
             return str(self.tok.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True, tokenize=False))
+                conversation(messages), tools=tools, add_generation_prompt=True,
+                tokenize=False))
         except Exception as exc:  # a template that refuses these messages
             raise BadRequest(f"the chat template rejected the messages: {exc}",
                              param="messages") from None

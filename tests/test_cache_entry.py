@@ -41,8 +41,10 @@ def test_cut_refused_when_pieces_are_not_tokens_or_counter_disagrees() -> None:
 
 def test_stop_entry_cut_below_its_length() -> None:
     e = entry("stop", 3, 16, ("x", "y", "z"))
+    e.answer["choices"][0]["stop_reason"] = 7  # a stop token id ended the whole answer
     cut = serve(e, 2)
     assert cut is not None and cut["choices"][0]["finish_reason"] == "length"
+    assert cut["choices"][0]["stop_reason"] is None  # as vLLM says for a length finish
 
 
 def test_storable() -> None:

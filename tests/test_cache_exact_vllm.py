@@ -40,7 +40,7 @@ def _field(values: list[Any]) -> st.SearchStrategy[Any]:
 FIELDS = {
     "max_tokens": _field([None, 1, 3, 8, 30]),
     "max_completion_tokens": _field([None, 2, 6, 512]),
-    "stop": _field([["\n"], ["w"], None]),
+    "stop": _field([["\n"], ["w"], [" t", " 1"], None]),  # " t": vLLM holds back text
     "ignore_eos": _field([True, False]),
     "min_tokens": _field([2]),
     "seed": _field([1, 2]),
@@ -126,7 +126,7 @@ def test_the_two_poisoning_cases(proxy: str) -> None:
                                   "max_completion_tokens": 512, "ignore_eos": True})
         cache, served = answer(c, "completions", {"model": "tiny", "prompt": p,
                                                   "ignore_eos": True})
-        assert cache != "HIT/exact" and served[3][1] == 24
+        assert cache != "HIT/exact" and served[3][1] == 16  # vLLM's completions default
         msgs = [{"role": "user", "content": p}]
         answer(c, "chat", {"model": "tiny", "messages": msgs, "max_tokens": 3,
                            "max_completion_tokens": None, "ignore_eos": True})

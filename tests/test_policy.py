@@ -36,6 +36,11 @@ def test_with_usage():
     assert with_usage({})["stream_options"] == {"include_usage": True}
     kept = {"stream_options": {"include_usage": True, "x": 1}}
     assert with_usage(kept) is kept
+    # usage on every chunk only for a client that asked for usage at all, as vLLM does
+    alone = with_usage({"stream_options": {"continuous_usage_stats": True}})
+    assert alone["stream_options"] == {"include_usage": True}
+    both = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    assert with_usage(both) is both
 
 
 @pytest.mark.vllm

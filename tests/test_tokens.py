@@ -3,7 +3,7 @@ import pytest
 from proxy.balancer import Balancer
 from proxy.metrics import Metrics
 from proxy.settings import Settings
-from proxy.tokens import AutoCounter, RemoteCounter, load_local
+from proxy.tokens import AutoCounter, RemoteCounter, conversation, load_local
 from proxy.upstream import Upstream, make_transport
 
 pytestmark = pytest.mark.vllm
@@ -13,6 +13,12 @@ CHATS = [
     [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo wörld 🙂"},
      {"role": "assistant", "content": "x = 1 * 2"}, {"role": "user", "content": "again?"}],
     [{"role": "user", "content": [{"type": "text", "text": "parts"}]}],
+    # tool-call history: null content and JSON-string arguments, as OpenAI clients send it
+    [{"role": "user", "content": "weather in Oslo?"},
+     {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "c1", "type": "function",
+          "function": {"name": "get", "arguments": '{"city": "Oslo"}'}}]},
+     {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
 ]
 TEXTS = ["hi", "the river and the mountain " * 20, "ünïcödé 🙂 {\"json\": true}"]
 
@@ -60,3 +66,18 @@ async def test_local_and_remote_ids_agree_and_count_the_same(vllm):
         assert len(ids) == await local.count_chat("tiny", msgs)
     for text in TEXTS:
         assert await local.encode_text("tiny", text) == await far.encode_text("tiny", text)
+
+
+def test_the_conversation_is_what_vllm_hands_the_template():
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function",
+                    "function": {"name": "get", "arguments": '{"city": "Oslo"}'}},
+                   {"id": "c2", "type": "function", "function": {"name": "x", "arguments": "{"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+               {"role": "assistant", "tool_calls": []}]
+    out = conversation(history)
+    assert out[1]["content"] == "" and out[3]["content"] == ""
+    assert [c["function"]["arguments"] for c in out[1]["tool_calls"]] == [{"city": "Oslo"}, {}]
+    assert "tool_calls" not in out[3]
+    assert history[1]["content"] is None  # the request itself is left as sent

@@ -5,7 +5,9 @@ So an entry that stopped naturally after `k` tokens answers every request with `
 (or no limit), and an entry cut by its limit `M` answers `m == M` as is and `m < M` only by
 cutting exactly `m` tokens. A cut needs token-accurate pieces: the entry must have been
 streamed with one delta per token (`len(pieces) == completion_tokens`) and, when the proxy
-gave us a token counter, the cut text must count as exactly `m` tokens. Otherwise: a miss.
+gave us a token counter, the cut text must count as exactly `m` tokens; the request had no stop
+strings or min_tokens (cache/keys.py: `cuttable`; else the entry keeps no pieces). Otherwise:
+a miss.
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ def serve(entry: Entry, max_tokens: int | None,
         answer = copy.deepcopy(entry.answer)
         _set_text(answer, text)
         answer["choices"][0]["finish_reason"] = "length"
+        if "stop_reason" in answer["choices"][0]:
+            answer["choices"][0]["stop_reason"] = None  # vLLM's for a length finish
         usage = answer.setdefault("usage", {})
         usage["completion_tokens"] = max_tokens
         if isinstance(usage.get("prompt_tokens"), int):

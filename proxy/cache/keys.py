@@ -32,6 +32,10 @@ class RequestKeys:
     exact: str  # hex digest of partition + the whole canonical question
     text: str | None  # the question to embed; None = exact tier only
     max_tokens: int | None
+    # whether the answer's streamed pieces can be cut to a shorter max_tokens (entry.py): not
+    # with stop strings (vLLM holds back text that may start one, so a piece lags its token)
+    # nor with min_tokens (vLLM refuses a max_tokens below it)
+    cuttable: bool = True
 
 
 def _digest(value: Any) -> str:
@@ -76,4 +80,5 @@ def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str
     if text is not None and not text.strip():
         text = None
     return RequestKeys(namespace=model, partition=partition, exact=exact, text=text,
-                       max_tokens=effective.output_tokens(kind, body))
+                       max_tokens=effective.output_tokens(kind, body),
+                       cuttable=not body.get("stop") and not body.get("min_tokens"))

@@ -252,7 +252,8 @@ class SemanticCache:
         entry = Entry(exact=keys.exact, partition=keys.partition, namespace=keys.namespace,
                       kind=ticket.kind, text=keys.text if vector is not None else None,
                       max_tokens=keys.max_tokens, answer=completion.body,
-                      pieces=completion.pieces, events=completion.events,
+                      pieces=completion.pieces if keys.cuttable else None,
+                      events=completion.events,
                       vector=vector.astype("float32").tobytes() if vector is not None else None)
         stored = await self.db.put(entry)
         if self.index is None:
