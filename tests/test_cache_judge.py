@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from pathlib import Path
 
+import orjson
 import pytest
 
 from proxy.cache.calibrate import pick
 from proxy.cache.config import model_dir
-from proxy.cache.judge import MODEL_DIR, Judge
+from proxy.cache.judge import DRIFT_LIMIT, MODEL_DIR, Judge
 from tests.cache_support import judge
 
 SAME = [
@@ -79,3 +82,38 @@ async def test_score_runs_off_the_loop_and_counts() -> None:
     scores = await j.score(SAME[:2])
     assert len(scores) == 2 and (j.pairs, j.batches) == (2, 1)
     j.close()
+
+
+@pytest.mark.parametrize("name", ["mpnet", "minilm"])
+def test_each_bundled_judge_reproduces_its_reference_logits_on_this_cpu(name: str) -> None:
+    # fails CI on a CPU where the judge does not compute what it was calibrated with
+    j = Judge.open(0.05, model_dir(name))
+    assert j.drift is not None and j.drift <= DRIFT_LIMIT, j.drift
+    assert not j.drifted and math.isfinite(j.threshold)
+    j.close()
+
+
+def test_a_judge_whose_reference_pairs_move_accepts_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    src = model_dir("minilm")
+    for f in src.iterdir():
+        if f.name != "judge.json":
+            (tmp_path / f.name).symlink_to(f)
+    meta = orjson.loads((src / "judge.json").read_bytes())
+    meta["reference"][3][2] += 5.0  # one pair far off: a pair whose activations round
+    (tmp_path / "judge.json").write_bytes(orjson.dumps(meta))  # the other way, not a bad CPU
+    one = Judge.open(0.25, tmp_path)
+    assert one.drift is not None and one.drift <= DRIFT_LIMIT and math.isfinite(one.threshold)
+    one.close()
+    for pair in meta["reference"]:
+        pair[2] += 0.5  # as if this CPU scored every pair 0.5 away
+    (tmp_path / "judge.json").write_bytes(orjson.dumps(meta))
+    with caplog.at_level(logging.ERROR, logger="proxy.cache"):
+        j = Judge.open(0.25, tmp_path)
+    assert j.drifted and j.drift == pytest.approx(0.5, abs=0.01)
+    assert j.threshold == math.inf and not j.accepts(1e9)
+    assert "accepts nothing" in caplog.text
+    unchecked = Judge.open(0.25, tmp_path, check=False)  # the tools' way to look anyway
+    assert unchecked.drift is None and math.isfinite(unchecked.threshold)
+    j.close()
+    unchecked.close()

@@ -92,6 +92,7 @@ async def test_the_judge_decides_what_the_rules_let_through(
     assert metric(registry, "proxy_cache_judge_verdicts_total", verdict="accept") == 1
     assert registry.get_sample_value("proxy_cache_judge_seconds_count") == 2
     assert (await cache.stats())["judge_threshold"] == cache.judge.threshold  # type: ignore
+    assert (await cache.stats())["judge_drift"] is cache.judge.drift is None  # type: ignore
 
 
 async def test_a_bound_no_threshold_meets_scores_nothing(registry: CollectorRegistry) -> None:

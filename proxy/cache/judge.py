@@ -6,11 +6,21 @@ by `python -m tools.judge.sweep` on a GPU and exported by `python -m tools.judge
 the threshold is picked from the table for the operator's `PROXY_CACHE_MAX_FALSE_HIT_RATE`.
 Scoring runs on ONNX Runtime in one worker thread, one hop per lookup for all its candidates; a
 pair longer than the model's window scores -inf (never a hit).
+
+The model runs with unsigned integer weights, whose products are exact on every x86 CPU
+(judge_session.py). At start the judge re-scores the reference pairs judge.json stores with
+their logits; when the median pair moves by more than DRIFT_LIMIT, this CPU does not compute
+what was calibrated, and the judge accepts nothing (the semantic tier serves identical texts
+only) and says so in the log and in /admin/cache/stats (`judge_drift`). The median, not the
+largest move: the float ops around the integer products differ a little between kernels, and
+a pair whose activations round the other way moves by up to ~1.6 (docs/cache.md
+"Portability"), while a CPU that computes the wrong products moves the median pair by logits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,19 +30,23 @@ import numpy as np
 import orjson
 
 from proxy.cache.calibrate import Row, pick
+from proxy.cache.judge_session import open_session
 
 MODEL_DIR = Path(__file__).resolve().parent / "judge_model"
+DRIFT_LIMIT = 0.1  # the median reference pair's |logit - reference|
+log = logging.getLogger("proxy.cache")
 
 
 class Judge:
     def __init__(self, session: Any, tokenizer: Any, rows: list[Row], rate: float,
-                 max_tokens: int, floor: float) -> None:
+                 max_tokens: int, floor: float, drift: float | None = None) -> None:
         self.session = session  # shareable between judges (thread-safe for run())
         self.tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
         self.rows = rows
         self.rate = rate
-        self.threshold = pick(rows, rate)
+        self.drift = drift  # median |logit - reference| at start; None: not checked
+        self.threshold = math.inf if self.drifted else pick(rows, rate)
         self.max_tokens = max_tokens
         self.floor = floor  # the cosine floor the table was calibrated with
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cache-judge")
@@ -40,26 +54,39 @@ class Judge:
         self.batches = 0
         self.pending = 0  # lookups queued for or in the worker thread now
 
+    @property
+    def drifted(self) -> bool:
+        return self.drift is not None and not self.drift <= DRIFT_LIMIT  # NaN drifts too
+
     @staticmethod
-    def open(rate: float, path: Path | None = None, threads: int = 1) -> Judge:
-        """Blocking: load the model and pick the threshold for `rate`."""
-        import onnxruntime as ort
+    def open(rate: float, path: Path | None = None, threads: int = 1,
+             check: bool = True) -> Judge:
+        """Blocking: load the model, re-score its reference pairs (unless `check` is off) and
+        pick the threshold for `rate`."""
         from tokenizers import Tokenizer
 
         root = path or MODEL_DIR
         meta = orjson.loads((root / "judge.json").read_bytes())
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(str(root / meta["model"]), options,
-                                       providers=["CPUExecutionProvider"])
+        session = open_session(root / meta["model"], threads)
         tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         tokenizer.no_padding()
         tokenizer.no_truncation()
         rows = [Row(*r) for r in meta["table"]]
-        return Judge(session, tokenizer, rows, rate, int(meta["max_tokens"]),
-                     float(meta["floor"]))
+        args = (session, tokenizer, rows, rate, int(meta["max_tokens"]), float(meta["floor"]))
+        reference = meta.get("reference") if check else None
+        if not reference:
+            return Judge(*args)
+        probe = Judge(*args)
+        got = probe.logits([(a, b) for a, b, _ in reference])
+        probe.close()
+        drift = float(np.median([abs(g - float(want)) if math.isfinite(g) else math.inf
+                                 for g, (_, _, want) in zip(got, reference, strict=True)]))
+        judge = Judge(*args, drift=drift)
+        if judge.drifted:
+            log.error("cache judge %s: on this CPU its reference pairs score a median %.3f "
+                      "away from the logits it was calibrated with; it accepts nothing (the "
+                      "semantic tier serves identical texts only)", root, drift)
+        return judge
 
     @classmethod
     async def load(cls, rate: float, path: Path | None = None, threads: int = 1) -> Judge:

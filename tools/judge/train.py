@@ -7,7 +7,8 @@ with --weights, takes the state dict a GPU run of tools.judge.sweep saved; expor
 quantises it to int8 (--quant: per-channel or per-tensor weight scales; large weights go to
 side files of at most 40 MB), and calibrates the int8 model on dev.jsonl through the same
 path the proxy serves with (cosine floor, hand-kept rules, judge). Writes judge.onnx,
-tokenizer.json and judge.json (the calibration table, the floor, how it was trained).
+tokenizer.json and judge.json (the calibration table, the floor, how it was trained, and the
+reference pairs the judge re-scores at start).
 test.jsonl is not read here. --calibrate-only redoes the calibration of the model in --out.
 """
 
@@ -198,6 +199,17 @@ def gated(logits: list[float], cos: list[float], pairs: list[dict[str, Any]],
             for s, c, p in zip(logits, cos, pairs, strict=True)]
 
 
+def reference(pairs: list[dict[str, Any]], logits: list[float], count: int = 32,
+              ) -> list[list[Any]]:
+    """`count` pairs with their logits, spread over the finite logits' range (quantiles: both
+    tails and every threshold between), for the judge's start-up check (proxy/cache/judge.py)."""
+    order = sorted((s, i) for i, s in enumerate(logits) if math.isfinite(s))
+    picks = sorted({round(k * (len(order) - 1) / max(1, count - 1)) for k in range(count)}
+                   if order else set())
+    return [[pairs[order[k][1]]["a"], pairs[order[k][1]]["b"], round(order[k][0], 5)]
+            for k in picks]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.judge.train")
     parser.add_argument("--data", type=Path, default=Path("tests/data/judge"))
@@ -251,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = table(scores, [bool(p["same"]) for p in dev], THRESHOLDS,
                  families=[p["family"] for p in dev])
     meta["table"] = [[r.threshold, r.hits, r.false_hits, round(r.upper, 6)] for r in rows]
+    meta["reference"] = reference(dev[::97], logits[::97])  # every 97th: a spread sample
     (args.out / "judge.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2))
     positives = sum(p["same"] for p in dev)
     for rate in (0.005, 0.01, 0.02, 0.05):
