@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
 
@@ -134,6 +136,7 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         need(a.ttft_ms >= 0 and a.itl_ms >= 0, "--ttft-ms and --itl-ms must be >= 0")
         need(0 < a.port < 65536, "--port must be in 1..65535")
         need(a.max_batch >= 0 and a.itl_growth >= 0, "--max-batch, --itl-growth must be >= 0")
+        need(a.output_tokens is None or a.output_tokens > 0, "--output-tokens must be > 0")
         return
     if a.command == "compare":
         need(len(a.target) + len(a.results) >= 2,
@@ -149,6 +152,27 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         need(a.target.startswith(("http://", "https://")),
              f"--target {a.target!r}: expected a URL like http://127.0.0.1:8000")
     need(a.num_prompts is None or a.num_prompts > 0, "--num-prompts must be > 0")
+    need(a.timeout > 0, "--timeout must be > 0 (seconds for one request)")
+    if a.extra_body:
+        try:
+            extra = json.loads(a.extra_body)
+        except ValueError as e:
+            ap.error(f"--extra-body: not JSON ({e})")
+        need(isinstance(extra, dict), "--extra-body must be a JSON object, e.g. '{\"top_p\": 1}'")
+    for flag in ("--json", "--jsonl"):
+        path = getattr(a, flag[2:], None)
+        if path:
+            where = Path(path)
+            need(not where.is_dir(), f"{flag} {path}: is a folder; give a file name")
+            need(where.parent.is_dir(), f"{flag} {path}: no folder {where.parent}")
+    need(a.duration is None or not math.isinf(a.request_rate) or a.max_concurrency is not None,
+         "--duration with no --request-rate needs --max-concurrency (else every request of the "
+         "duration is sent at once)")
+    if a.num_prompts is not None and not math.isinf(a.request_rate):
+        span = a.num_prompts / a.request_rate  # about how long the arrivals last
+        need(a.warmup_seconds + a.cooldown_seconds < span,
+             f"--warmup-seconds + --cooldown-seconds must leave a steady window inside the "
+             f"~{span:g} s of arrivals ({a.num_prompts} prompts at {a.request_rate:g} req/s)")
     need(a.duration is None or a.duration > 0, "--duration must be > 0")
     need(a.request_rate > 0, "--request-rate must be > 0 (use inf for all at once)")
     need(a.burstiness > 0, "--burstiness must be > 0")
@@ -197,8 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check(ap, a)
     if a.command == "mock":
         from loadtest.mock import serve
-        serve(a.host, a.port, a.ttft_ms / 1000, a.itl_ms / 1000, a.output_tokens,
-              a.cache == "exact", a.max_batch, a.itl_growth, a.reuse_port)
+        try:
+            serve(a.host, a.port, a.ttft_ms / 1000, a.itl_ms / 1000, a.output_tokens,
+                  a.cache == "exact", a.max_batch, a.itl_growth, a.reuse_port)
+        except OSError as e:  # the port is taken, the host does not resolve
+            print(f"error: cannot listen on {a.host}:{a.port} ({e})", file=sys.stderr)
+            return 2
         return 0
     try:
         if a.command == "run":
@@ -219,3 +247,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

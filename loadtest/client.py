@@ -41,6 +41,32 @@ class Result:
         return d
 
 
+class Malformed(ValueError):
+    """A reply that is JSON but not an OpenAI chunk or body: that request fails, the run
+    goes on."""
+
+
+def _object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise Malformed(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _choices(data: dict[str, Any]) -> list[dict[str, Any]]:
+    choices = data.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise Malformed("choices is not a list of objects")
+    return choices
+
+
+def _count(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Malformed(f"a token count is {value!r}")
+    return value
+
+
 def cache_class(value: str | None) -> str:
     if not value:
         return "none"
@@ -110,6 +136,7 @@ class Client:
         content = self.body(req)
         http = self.http
         chunks = 0
+        finished: float | None = None  # when a choice's finish_reason came (an empty answer)
         st = time.perf_counter()
         out.start = st
         last = st
@@ -124,7 +151,7 @@ class Client:
                     out.error = f"HTTP {resp.status}: {body[:300]}"
                     return self._finish(out, req, chunks)
                 if not self.cfg.stream:
-                    data = orjson.loads(await resp.read())
+                    data = _object(orjson.loads(await resp.read()))
                     last = time.perf_counter()
                     out.ttft = last - st
                     self._absorb(out, data)
@@ -142,38 +169,67 @@ class Client:
                                 payload = line[5:].strip()
                                 if payload == b"[DONE]" or not payload:
                                     continue
-                                data = orjson.loads(payload)
-                                if data.get("choices"):
+                                data = _object(orjson.loads(payload))
+                                if self._carries_output(data):
                                     if chunks == 0:
                                         out.ttft = now - st
                                     else:
                                         out.itl.append(now - last)
                                     last = now
                                     chunks += 1
+                                elif finished is None and any(
+                                        c.get("finish_reason") for c in _choices(data)):
+                                    finished = now
                                 self._absorb(out, data)
-            if chunks and not out.error:
+            if not chunks and finished is not None:  # it ended before any output
+                out.ttft = finished - st
+                last = finished
+            if (chunks or finished is not None) and not out.error:
                 out.success = True
             elif not out.error:
                 out.error = "Never received a valid chunk to calculate TTFT."
             out.latency = last - st
-        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, OSError) as e:
+        except TimeoutError:
+            out.error = f"TimeoutError: no complete answer within --timeout {self.cfg.timeout:g} s"
+        except (aiohttp.ClientError, orjson.JSONDecodeError, OSError) as e:
             out.error = f"{type(e).__name__}: {e}"
+        except Malformed as e:
+            out.error = f"malformed response: {e}"
         return self._finish(out, req, chunks)
+
+    def _carries_output(self, data: dict[str, Any]) -> bool:
+        """A chunk with generated output: text, or (chat) content, reasoning or tool calls. The
+        chat role chunk and a bare finish_reason chunk carry none (vLLM's benchmark times
+        only content too), so they start no TTFT and add no inter-token gap."""
+        for choice in _choices(data):
+            if self.cfg.endpoint == "chat":
+                delta = choice.get("delta") or choice.get("message") or {}
+                if not isinstance(delta, dict):
+                    raise Malformed(f"delta is {type(delta).__name__}")
+                if any(delta.get(k) for k in ("content", "reasoning_content", "reasoning",
+                                              "tool_calls")):
+                    return True
+            elif choice.get("text"):
+                return True
+        return False
 
     def _absorb(self, out: Result, data: dict[str, Any]) -> None:
         if "error" in data and not data.get("choices"):
             out.error = "stream error: " + orjson.dumps(data["error"]).decode()[:300]
-        for choice in data.get("choices") or []:
+        for choice in _choices(data):
             if self.cfg.endpoint == "chat":
                 msg = choice.get("delta") or choice.get("message") or {}
-                out.text += msg.get("content") or ""
+                text = msg.get("content") if isinstance(msg, dict) else None
             else:
-                out.text += choice.get("text") or ""
+                text = choice.get("text")
+            out.text += text if isinstance(text, str) else ""
         usage = data.get("usage")
         if usage:
+            if not isinstance(usage, dict):
+                raise Malformed(f"usage is {type(usage).__name__}")
             out.usage_reported = True
-            out.output_tokens = int(usage.get("completion_tokens") or 0)
-            out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            out.output_tokens = _count(usage.get("completion_tokens"))
+            out.prompt_tokens = _count(usage.get("prompt_tokens"))
 
     def _finish(self, out: Result, req: Request, chunks: int) -> Result:
         if not out.usage_reported:

@@ -137,12 +137,24 @@ def load(spec: str) -> tuple[str, dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"--results {path}: no such file")
-    res: dict[str, Any] = orjson.loads(p.read_bytes())
+    try:
+        res = orjson.loads(p.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"--results {path}: not JSON ({e})") from None
+    if not isinstance(res, dict) or "completed" not in res:
+        raise ValueError(f"--results {path}: not a result of `python -m loadtest run` "
+                         "(no 'completed' field)")
     return name or res.get("label") or p.stem, res
 
 
 def compare(a: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {a.out}: exists and is not a folder")
+    saved = [load(spec) for spec in a.results]  # a bad file stops us before any run
+    names = [t.split("=", 1)[0] for t in a.target] + [n for n, _ in saved]
+    if a.baseline is not None and a.baseline not in names:
+        raise ValueError(f"--baseline {a.baseline!r} is not one of {names}")
     out.mkdir(parents=True, exist_ok=True)
     tok = session.load_tokenizer(a)
     p = session.plan(a)
@@ -150,16 +162,15 @@ def compare(a: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     for spec in a.target:
         name, url = spec.split("=", 1)
         print(f"== {name}: {url}", flush=True)
-        run_out, res = asyncio.run(session.measure(a, url, tok))
+        outs, res = asyncio.run(session.measure(a, url, tok))
         res["label"] = name
         print(report.block(res, p.percentile_metrics, p.percentiles), flush=True)
         report.write_json(str(out / f"{name}.json"), res)
-        report.write_jsonl(str(out / f"{name}.requests.jsonl"), run_out.results, run_out.t0)
+        report.write_jsonl(str(out / f"{name}.requests.jsonl"), outs)
         entries.append((name, res))
-    entries += [load(spec) for spec in a.results]
-    names = [n for n, _ in entries]
-    if a.baseline is not None and a.baseline not in names:
-        raise ValueError(f"--baseline {a.baseline!r} is not one of {names}")
+        if res.get("interrupted"):  # Ctrl-C: this target's files are written; stop here
+            raise KeyboardInterrupt
+    entries += saved
     t = table(entries, p.percentiles, names.index(a.baseline) if a.baseline else 0)
     print(text_table(t), flush=True)
     pngs = plots.write_all(entries, out, p.percentiles)

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from loadtest.client import Result
+from loadtest.runner import RunOutput
 from loadtest.stats import p_word
 
 HEADERS = {"ttft": ("TTFT", "Time to First Token"),
@@ -139,8 +139,13 @@ def write_json(path: str, res: dict[str, Any]) -> None:
                                         orjson.OPT_SERIALIZE_NUMPY))
 
 
-def write_jsonl(path: str, results: Sequence[Result], t0: float) -> None:
+def write_jsonl(path: str, runs: Sequence[RunOutput]) -> None:
+    """One line per request; with several runs (--repeats) each line says which (`repeat`)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        for r in results:
-            f.write(orjson.dumps(r.row(t0)) + b"\n")
+        for i, run in enumerate(runs):
+            for r in run.results:
+                row = r.row(run.t0)
+                if len(runs) > 1:
+                    row["repeat"] = i
+                f.write(orjson.dumps(row) + b"\n")

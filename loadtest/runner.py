@@ -37,6 +37,7 @@ class RunOutput:
     duration: float
     t0: float
     selfcheck: SelfCheck = field(default_factory=SelfCheck)
+    interrupted: bool = False  # Ctrl-C: the requests finished by then, the rest cancelled
 
 
 def progress_bar(cfg: RunConfig) -> Progress:
@@ -84,6 +85,8 @@ async def run(client: Client, requests: Iterator[Request], cfg: RunConfig,
             try:
                 res = await client.send(req)
                 check.send_lags.append(res.start - slot + late)
+                if check.closed_loop:  # no schedule: "due" when a slot was free, no queue
+                    scheduled = slot
                 res.scheduled, res.queue_time = scheduled, max(0.0, slot - scheduled)
                 results.append(res)
             finally:
@@ -98,31 +101,38 @@ async def run(client: Client, requests: Iterator[Request], cfg: RunConfig,
         cpu0 = time.process_time()
         t0 = time.perf_counter() if start_at is None else start_at
         free = t0  # when the dispatcher last got a slot: lateness before that is queueing
-        for req, offset in zip(reqs, when, strict=False):
-            if cfg.duration is not None and offset >= cfg.duration:
-                break
-            target = t0 + offset
-            delay = target - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            before = time.perf_counter()
-            if sem is not None:
-                await sem.acquire()
-            slot = time.perf_counter()
-            if cfg.duration is not None and slot - t0 >= cfg.duration:
+        interrupted = False
+        try:
+            for req, offset in zip(reqs, when, strict=False):
+                if cfg.duration is not None and offset >= cfg.duration:
+                    break
+                target = t0 + offset
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                before = time.perf_counter()
                 if sem is not None:
-                    sem.release()
-                break
-            late = max(0.0, before - max(target, free))
-            free = slot
-            task = asyncio.create_task(one(req, target, slot, late))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        while tasks:
-            await asyncio.gather(*list(tasks))
+                    await sem.acquire()
+                slot = time.perf_counter()
+                if cfg.duration is not None and slot - t0 >= cfg.duration:
+                    if sem is not None:
+                        sem.release()
+                    break
+                late = max(0.0, before - max(target, free))
+                free = slot
+                task = asyncio.create_task(one(req, target, slot, late))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks))
+        except asyncio.CancelledError:  # Ctrl-C (asyncio.run cancels us): keep what finished
+            interrupted = True
+            for t in list(tasks):
+                t.cancel()
+            await asyncio.gather(*list(tasks), return_exceptions=True)
         duration = time.perf_counter() - t0
         check.cpu_s, check.wall_s = time.process_time() - cpu0, duration
     await monitor.stop()
     check.loop_lags = monitor.lags
     results.sort(key=lambda r: r.index)
-    return RunOutput(results, duration, t0, check)
+    return RunOutput(results, duration, t0, check, interrupted)

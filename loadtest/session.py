@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import datetime
 import itertools
 import math
@@ -64,7 +65,7 @@ def first_model(target: str) -> str:
     try:
         data = httpx.get(target.rstrip("/") + "/v1/models", timeout=10).json()
         return str(data["data"][0]["id"])
-    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
         raise ValueError(f"could not read a model from {target}/v1/models ({e}); "
                          "pass --model") from e
 
@@ -82,9 +83,12 @@ def scrape_urls(a: argparse.Namespace, target: str) -> dict[str, str]:
 
 
 async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
-                  ) -> tuple[RunOutput, dict[str, Any]]:
-    """One run, or `--repeats` runs merged (loadtest/ci.py); the last run's output."""
+                  ) -> tuple[list[RunOutput], dict[str, Any]]:
+    """One run, or `--repeats` runs merged (loadtest/ci.py); every run's output, in order.
+    After a Ctrl-C during a run, the runs so far (the last one cut short): `"interrupted":
+    true` (a Ctrl-C anywhere else raises KeyboardInterrupt out of asyncio.run)."""
     runs: list[dict[str, Any]] = []
+    outs: list[RunOutput] = []
     for i in range(a.repeats):
         if a.repeats > 1:
             print(f"-- repeat {i + 1}/{a.repeats} (seed {a.seed + i})", flush=True)
@@ -92,7 +96,17 @@ async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
         # the prompts the previous one left in it)
         out, res = await measure_once(_seeded(a, a.seed + i), target, tok)
         runs.append(res)
-    return out, (ci.merge(runs) if len(runs) > 1 else runs[0])
+        outs.append(out)
+        if out.interrupted:
+            break
+    merged = ci.merge(runs) if len(runs) > 1 else runs[0]
+    if len(runs) > 1 and a.save_detailed:  # every repeat's requests, not the first one's
+        for k in stats.detail_lists([]):
+            merged[k] = [x for r in runs for x in r[k]]
+        merged["detail_repeat"] = [i for i, r in enumerate(runs) for _ in r["ttfts"]]
+    if outs[-1].interrupted:
+        merged["interrupted"] = True
+    return outs, merged
 
 
 def _seeded(a: argparse.Namespace, seed: int) -> argparse.Namespace:
@@ -111,19 +125,20 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
     cfg = client_config(a, target, model)
     client = Client(cfg, conc, tok)
     scraper = Scraper(scrape_urls(a, target))
+    rc = dataclasses.replace(p.run, warmup=0)  # warmed up here, before the server is read
     try:
-        if n > 1:
+        if p.run.warmup:
             first = next(requests)
             await warm_up(client, p.run.warmup, conc, first.max_tokens)
             requests = itertools.chain([first], requests)
         await scraper.start()
         if n > 1:
-            out, n = await workers.run_workers(requests, p.run, cfg, a.tokenizer, n)
-        elif p.run.num_prompts is None and math.isinf(p.run.request_rate):
-            out = await run(client, requests, p.run)  # closed loop for a duration: no schedule
+            out, n = await workers.run_workers(requests, rc, cfg, a.tokenizer, n)
+        elif rc.num_prompts is None and math.isinf(rc.request_rate):
+            out = await run(client, requests, rc)  # closed loop for a duration: no schedule
         else:  # prompts made before the clock starts, not on the loop between sends
-            reqs, offs = workers.materialise(requests, p.run)
-            out = await run(client, iter(reqs), p.run, when=offs)
+            reqs, offs = workers.materialise(requests, rc)
+            out = await run(client, iter(reqs), rc, when=offs)
         server = await scraper.stop()
     finally:
         await client.aclose()
@@ -176,24 +191,28 @@ def load_tokenizer(a: argparse.Namespace) -> Tokenizer | None:
         raise ValueError(f"--tokenizer {a.tokenizer}: cannot load ({e})") from e
 
 
-def emit(a: argparse.Namespace, out: RunOutput, res: dict[str, Any], p: Plan) -> None:
+def emit(a: argparse.Namespace, outs: list[RunOutput], res: dict[str, Any], p: Plan) -> None:
     print(report.block(res, p.percentile_metrics, p.percentiles), flush=True)
     for line in ci.lines(res):
         print(line, flush=True)
     for w in res["selfcheck"]["warnings"]:
         print(f"WARNING: {w}", flush=True)
-    failed = [r.error for r in out.results if not r.success]
+    failed = [r.error for out in outs for r in out.results if not r.success]
     for i, err in enumerate(failed[:5]):
         print(f"Error {i}: {err}", flush=True)
     if a.json:
         report.write_json(a.json, res)
     jsonl = a.jsonl or (str(Path(a.json).with_suffix(".requests.jsonl")) if a.json else None)
     if jsonl:
-        report.write_jsonl(jsonl, out.results, out.t0)
+        report.write_jsonl(jsonl, outs)
 
 
 def run_and_report(a: argparse.Namespace) -> dict[str, Any]:
     tok = load_tokenizer(a)
-    out, res = asyncio.run(measure(a, a.target, tok))
-    emit(a, out, res, plan(a))
+    outs, res = asyncio.run(measure(a, a.target, tok))
+    if res.get("interrupted"):
+        print("interrupted: the requests finished so far", flush=True)
+    emit(a, outs, res, plan(a))
+    if res.get("interrupted"):
+        raise KeyboardInterrupt  # reported and saved; the CLI exits 130
     return res

@@ -136,7 +136,9 @@ Measure = Callable[[argparse.Namespace], dict[str, Any]]
 
 
 def _measure(p: argparse.Namespace) -> dict[str, Any]:
-    _, res = asyncio.run(session.measure_once(p, p.target, session.load_tokenizer(p)))
+    out, res = asyncio.run(session.measure_once(p, p.target, session.load_tokenizer(p)))
+    if out.interrupted:  # Ctrl-C inside the run: a cut-short point is no point
+        raise KeyboardInterrupt
     return res
 
 
@@ -168,23 +170,35 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
               flush=True)
         return pt
 
-    for rate in ladder(a):
-        pt = run(rate, "ladder")
-        if pt["saturated"] and (not slo or pt["behind"] or not pt["meets_slo"]):
-            break
-    first_sat = next((p["offered_rate"] for p in points if p["saturated"]), None)
-    knee = max((p["offered_rate"] for p in points
-                if not p["saturated"] and (first_sat is None or p["offered_rate"] < first_sat)),
-               default=None)
-    goodput = _bisect(a, slo, points, run) if slo else None
+    try:
+        for rate in ladder(a):
+            pt = run(rate, "ladder")
+            if pt["saturated"] and (not slo or pt["behind"] or not pt["meets_slo"]):
+                break
+        first_sat = next((p["offered_rate"] for p in points if p["saturated"]), None)
+        # the knee is the last ladder rate before saturation: unknown when none saturated
+        knee = max((p["offered_rate"] for p in points
+                    if not p["saturated"] and p["offered_rate"] < first_sat),
+                   default=None) if first_sat is not None else None
+        goodput = _bisect(a, slo, points, run) if slo else None
+    except KeyboardInterrupt:  # keep the points measured so far, then stop as interrupted
+        (out / "sweep.json").write_text(json.dumps({"points": points, "interrupted": True},
+                                                   indent=1))
+        print(f"interrupted: {len(points)} points in {out}/sweep.json", flush=True)
+        raise
     bounded = any(not p["meets_slo"] for p in points) if slo else None
     summary = {"points": points, "knee_rate": knee, "saturation_rate": first_sat,
+               "highest_rate": max((p["offered_rate"] for p in points), default=None),
                "slo": {k: v for k, v in slo.items()}, "goodput_rate": goodput,
                "goodput_bounded": bounded}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
     png = _plot(points, out / "sweep.png", knee, goodput)
-    print(f"knee: {knee} req/s (last rate before saturation)" if knee is not None
-          else "knee: saturated at the first rate; start lower", flush=True)
+    if first_sat is None:
+        print(f"knee: not reached: no rate up to {summary['highest_rate']} req/s saturated; "
+              "raise --max-rate (or --rates)", flush=True)
+    else:
+        print(f"knee: {knee} req/s (last rate before saturation)" if knee is not None
+              else "knee: saturated at the first rate; start lower", flush=True)
     if slo:
         print(f"goodput: highest rate meeting the SLO: {goodput} req/s"
               + ("" if bounded else " (a lower bound: no rate tried missed the SLO; raise "

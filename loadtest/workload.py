@@ -107,9 +107,19 @@ def load_sharegpt(path: str) -> list[tuple[str, str, str | None]]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from e
-    pairs = [(str(d["conversations"][0]["value"]), str(d["conversations"][1]["value"]),
-              None if d.get("user") is None else str(d["user"]))
-             for d in data if isinstance(d, dict) and len(d.get("conversations", [])) >= 2]
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of rows with 'conversations'")
+
+    def turn(t: object) -> str | None:
+        return str(t["value"]) if isinstance(t, dict) and "value" in t else None
+
+    pairs = []
+    for d in data:  # rows of another shape are skipped, as vLLM's loader skips them
+        turns = d.get("conversations") if isinstance(d, dict) else None
+        if isinstance(turns, list) and len(turns) >= 2:
+            q, a = turn(turns[0]), turn(turns[1])
+            if q is not None and a is not None:
+                pairs.append((q, a, None if d.get("user") is None else str(d["user"])))
     if not pairs:
         raise ValueError(f"{path} has no conversation with at least two turns")
     return pairs

@@ -16,6 +16,15 @@ BASE = ["run", "--target", "http://127.0.0.1:1"]
     (["--goodput", "latency:5"], "expected ttft|tpot|e2el:MILLISECONDS"),
     (["--max-concurrency", "-2"], "--max-concurrency must be > 0"),
     (["--header", "novalue"], "expected KEY:VALUE"),
+    # found by a review: each used to be accepted and fail late, flood, or mean nothing
+    (["--duration", "5"], "needs --max-concurrency"),
+    (["--extra-body", "[1]"], "must be a JSON object"),
+    (["--extra-body", "{nope"], "--extra-body: not JSON"),
+    (["--timeout", "0"], "--timeout must be > 0"),
+    (["--json", "/"], "is a folder"),
+    (["--json", "/no/such/dir/x.json"], "no folder"),
+    (["--num-prompts", "10", "--request-rate", "10", "--warmup-seconds", "5"],
+     "inside the ~1 s of arrivals"),
 ])
 def test_bad_arguments_get_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -39,3 +48,19 @@ def test_compare_needs_two(capsys):
 def test_unreachable_target_is_a_clear_error(capsys):
     assert main([*BASE, "--num-prompts", "1", "--no-progress", "--no-scrape"]) == 2
     assert "could not read a model" in capsys.readouterr().err
+
+
+def test_mock_refuses_a_negative_answer_length(capsys):
+    with pytest.raises(SystemExit):
+        main(["mock", "--output-tokens", "-3"])
+    assert "--output-tokens must be > 0" in capsys.readouterr().err
+
+
+def test_mock_on_a_taken_port_is_a_clear_error(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert main(["mock", "--port", str(s.getsockname()[1])]) == 2
+    assert "cannot listen on" in capsys.readouterr().err

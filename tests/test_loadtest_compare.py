@@ -54,3 +54,34 @@ def test_bad_compare_target(bad, capsys):
     with pytest.raises(SystemExit):
         main(["compare", "--target", bad, "--target", "b=http://x:1"])
     assert "expected NAME=http" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"{\n", "not JSON"), (b"[1, 2]", "not a result"), (b"{}", "not a result")])
+def test_a_bad_results_file_is_named(tmp_path, capsys, content, message):
+    bad, good = tmp_path / "bad.json", tmp_path / "good.json"
+    bad.write_bytes(content)
+    good.write_bytes(b'{"completed": 3}')
+    assert main(["compare", "--results", str(good), "--results", str(bad),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and message in err
+
+
+def test_a_bad_baseline_is_refused_before_any_target_runs(tmp_path, capsys):
+    # the target does not exist: had it been run first, the error would be about it
+    assert main(["compare", "--target", "a=http://127.0.0.1:1", "--target",
+                 "b=http://127.0.0.1:1", "--baseline", "zz", "--no-progress",
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "--baseline 'zz' is not one of ['a', 'b']" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("x")
+    good = tmp_path / "good.json"
+    good.write_bytes(b'{"completed": 3}')
+    assert main(["compare", "--results", str(good), "--results", str(good),
+                 "--out", str(f)]) == 2
+    assert "is not a folder" in capsys.readouterr().err

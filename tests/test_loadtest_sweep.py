@@ -55,6 +55,26 @@ def test_ladder_stops_at_saturation_and_bisects_the_slo(tmp_path) -> None:
     assert len([f for f in files if f.startswith("point-")]) == len(seen)
 
 
+def test_no_knee_is_named_when_nothing_saturated(tmp_path, capsys) -> None:
+    a = args("--rates", "4,8,16", "--point-duration", "3", "--out", str(tmp_path))
+    s = sweep(a, modelled)  # capacity 40: every rate is on time
+    assert s["saturation_rate"] is None and s["knee_rate"] is None and s["highest_rate"] == 16
+    assert "knee: not reached: no rate up to 16" in capsys.readouterr().out
+
+
+def test_ctrl_c_keeps_the_points_measured(tmp_path) -> None:
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        if p.request_rate > 10:
+            raise KeyboardInterrupt
+        return modelled(p)
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(args("--rates", "5,10,20", "--point-duration", "3", "--out", str(tmp_path)),
+              measure)
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert saved["interrupted"] and [p["offered_rate"] for p in saved["points"]] == [5, 10]
+
+
 def test_slo_parsing() -> None:
     assert parse_slo("ttft_p99:500,tpot_p99:50") == {"p99_ttft_ms": 500.0, "p99_tpot_ms": 50.0}
     with pytest.raises(ValueError, match="unknown metric"):

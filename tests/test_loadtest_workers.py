@@ -53,7 +53,8 @@ def test_the_schedule_is_drawn_once_and_cut_at_the_duration():
 
 def test_cli_refuses_a_closed_loop_duration_run_over_workers(capsys):
     with pytest.raises(SystemExit):
-        main(["run", "--target", "http://x", "--workers", "2", "--duration", "5"])
+        main(["run", "--target", "http://x", "--workers", "2", "--duration", "5",
+              "--max-concurrency", "4"])
     assert "finite --request-rate" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "--target", "http://x", "--workers", "0"])

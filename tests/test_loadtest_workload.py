@@ -97,3 +97,15 @@ def test_bad_workload_settings_fail_early(tmp_path):
                                                 dataset_path=str(tmp_path / "bad.json")), None)
     with pytest.raises(ValueError, match="range ratio"):
         workload.stream(WorkloadConfig(range_ratio=1.5), None)
+
+
+def test_sharegpt_rows_of_another_shape_are_skipped_not_a_crash(tmp_path):
+    rows = [{"conversations": [{"from": "human"}, {"value": "a"}]},     # no value
+            {"conversations": "hello"},                                  # not a list
+            {"conversations": [{"value": "q?"}, {"value": "an answer"}]}]
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(rows))
+    assert workload.load_sharegpt(str(f)) == [("q?", "an answer", None)]
+    f.write_text(json.dumps({"conversations": []}))
+    with pytest.raises(ValueError, match="expected a JSON list"):
+        workload.load_sharegpt(str(f))

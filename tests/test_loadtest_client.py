@@ -1,0 +1,106 @@
+"""The client against scripted replies: what counts as a token chunk, and a malformed reply
+fails its own request only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+from aiohttp import web
+
+from loadtest.client import Client, ClientConfig, Result
+from loadtest.request import Request
+
+Script = Callable[[], list[tuple[float, bytes]]]
+
+
+def sse(*events: object) -> list[bytes]:
+    return [b"data: " + (e if isinstance(e, bytes) else orjson.dumps(e)) + b"\n\n"
+            for e in events]
+
+
+@asynccontextmanager
+async def server(parts: list[tuple[float, bytes]], stream: bool = True
+                 ) -> AsyncIterator[str]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if not stream:
+            return web.Response(body=parts[0][1], content_type="application/json")
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        for delay, chunk in parts:
+            await asyncio.sleep(delay)
+            await resp.write(chunk)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    app.router.add_post("/v1/completions", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def send(parts: list[tuple[float, bytes]], endpoint: str = "chat",
+               stream: bool = True) -> Result:
+    async with server(parts, stream) as url:
+        client = Client(ClientConfig(url, "m", endpoint=endpoint, stream=stream), None)
+        try:
+            return await client.send(Request(0, "hi", 4, 2))
+        finally:
+            await client.aclose()
+
+
+def chunk(content: str | None = None, role: str | None = None,
+          finish: str | None = None) -> dict[str, object]:
+    delta = {k: v for k, v in (("role", role), ("content", content)) if v is not None}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+USAGE = {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3,
+                                  "total_tokens": 5}}
+
+
+async def test_the_role_and_finish_chunks_carry_no_token() -> None:
+    events = sse(chunk(role="assistant", content=""), chunk(" a"), chunk(" b"), chunk(" c"),
+                 chunk(content="", finish="length"), USAGE, b"[DONE]")
+    gaps = [0.05, 0.0, 0.02, 0.02, 0.0, 0.0, 0.0]  # the role chunk right before the first token
+    r = await send(list(zip(gaps, events, strict=True)))
+    assert r.success and r.text == " a b c" and r.output_tokens == 3
+    assert len(r.itl) == 2 and min(r.itl) > 0.015  # no ~0 gap for the role chunk
+    assert r.ttft >= 0.045
+
+
+async def test_without_usage_the_chunks_with_output_are_counted() -> None:
+    events = sse(chunk(role="assistant", content=""), chunk(" a"), chunk(" b"),
+                 chunk(content="", finish="stop"), b"[DONE]")
+    r = await send([(0.0, e) for e in events])
+    assert r.success and not r.usage_reported and r.output_tokens == 2
+
+
+async def test_an_answer_that_ends_before_any_output_still_succeeds() -> None:
+    events = sse(chunk(role="assistant", content=""), chunk(content="", finish="stop"),
+                 {**USAGE, "usage": {"prompt_tokens": 2, "completion_tokens": 1}}, b"[DONE]")
+    r = await send([(0.01, e) for e in events])
+    assert r.success and r.text == "" and r.ttft > 0 and r.output_tokens == 1
+
+
+@pytest.mark.parametrize("bad", [b"[1,2]", b'{"choices":"x"}', b'{"choices":[null]}',
+                                 b'{"choices":[],"usage":[1]}',
+                                 b'{"choices":[{"delta":"x"}]}'])
+async def test_a_malformed_event_fails_that_request_not_the_run(bad: bytes) -> None:
+    r = await send([(0.0, e) for e in [*sse(chunk(" a")), *sse(bad)]])
+    assert not r.success and r.error.startswith("malformed response")
+
+
+async def test_a_body_that_is_not_an_object_fails_cleanly() -> None:
+    r = await send([(0.0, b'"hello"')], stream=False)
+    assert not r.success and "expected a JSON object" in r.error

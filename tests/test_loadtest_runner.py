@@ -1,0 +1,78 @@
+"""Runs against the mock, end to end through the CLI: what a review found wrong (a closed-loop
+duration run that measured nothing, warm-up requests in the server's deltas, repeats whose
+per-request files disagreed, Ctrl-C that lost everything)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from loadtest.cli import main
+from tests.support.procs import REPO
+from tests.test_loadtest_mock import mock_server
+
+QUIET = ["--no-progress", "--output-len", "4", "--input-len", "8"]
+
+
+def served(url: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=5).text
+    return next(float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("mock_requests_total"))
+
+
+def test_a_closed_loop_duration_run_measures_its_steady_window(tmp_path):
+    with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
+        out = tmp_path / "r.json"
+        assert main(["run", "--target", url, "--duration", "3", "--max-concurrency", "2",
+                     "--warmup-seconds", "1", "--cooldown-seconds", "0.5", "--no-scrape",
+                     "--json", str(out), *QUIET]) == 0
+    res = json.loads(out.read_text())
+    ramp = res["windows"]["ramp"]["completed"]
+    assert res["completed"] > 10 and ramp > 5  # before: 0 steady, every request "ramp-up"
+    assert res["request_throughput"] > 0
+
+
+def test_warm_up_requests_stay_out_of_the_servers_deltas(tmp_path):
+    with mock_server("--ttft-ms", "2", "--itl-ms", "1") as url:
+        out = tmp_path / "r.json"
+        assert main(["run", "--target", url, "--num-prompts", "10", "--warmup", "5",
+                     "--max-concurrency", "2", "--json", str(out), *QUIET]) == 0
+    deltas = json.loads(out.read_text())["server_metrics"]["target"]["deltas"]
+    assert deltas["mock_requests_total"] == 10  # was 15 in one process, 10 with workers
+
+
+def test_repeats_keep_every_runs_requests(tmp_path):
+    with mock_server("--ttft-ms", "2", "--itl-ms", "1") as url:
+        out = tmp_path / "r.json"
+        assert main(["run", "--target", url, "--num-prompts", "6", "--repeats", "3",
+                     "--max-concurrency", "2", "--save-detailed", "--no-scrape",
+                     "--json", str(out), *QUIET]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["ttfts"]) == 18 and res["detail_repeat"] == [0] * 6 + [1] * 6 + [2] * 6
+    rows = [json.loads(x) for x in out.with_suffix(".requests.jsonl").read_text().splitlines()]
+    assert [r["repeat"] for r in rows] == res["detail_repeat"]
+    assert [r["text"] for r in rows] == res["generated_texts"]
+
+
+def test_ctrl_c_saves_what_finished_and_exits_130(tmp_path):
+    with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
+        out = tmp_path / "r.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "30",
+             "--request-rate", "20", "--no-scrape", "--json", str(out), *QUIET],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30  # Ctrl-C once the mock has answered 25 requests
+        while time.monotonic() < deadline and proc.poll() is None and served(url) < 25:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    res = json.loads(out.read_text())
+    assert res["interrupted"] is True and res["completed"] > 20
+    assert len(out.with_suffix(".requests.jsonl").read_text().splitlines()) >= res["completed"]
