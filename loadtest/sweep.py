@@ -92,6 +92,9 @@ def check_args(a: argparse.Namespace) -> list[str]:
         parse_slo(a.slo)
     except ValueError as e:
         errors.append(str(e))
+    if a.repeats != 1 or a.num_prompts is not None or a.duration is not None:
+        errors.append("sweep measures each point once for --point-duration seconds: "
+                      "--repeats, --num-prompts and --duration do not apply")
     return errors
 
 

@@ -81,6 +81,8 @@ def test_slo_parsing() -> None:
         parse_slo("ttft_p42:5")
     with pytest.raises(SystemExit):
         main(["sweep", "--target", "http://x", "--factor", "1"])
+    with pytest.raises(SystemExit):  # each point is measured once, for --point-duration
+        main(["sweep", "--target", "http://x", "--repeats", "3"])
 
 
 @pytest.mark.flaky(reruns=2)  # this VM can stall for seconds, inflating a light point's TTFT
