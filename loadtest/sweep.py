@@ -138,6 +138,22 @@ def point_args(a: argparse.Namespace, rate: float, slo: dict[str, float],
 Measure = Callable[[argparse.Namespace], dict[str, Any]]
 
 
+def knee_line(said: str, knee: float | None, saturated: float | None, tried: str,
+              more: str) -> str:
+    """What the sweep found: the knee (`said`), none before the first point, or none yet."""
+    if saturated is None:
+        return f"knee: not reached: no {tried} saturated; {more}"
+    if knee is None:
+        return "knee: saturated at the first point; start lower"
+    return f"knee: {said}"
+
+
+def save_interrupted(out: Path, summary: dict[str, Any]) -> None:
+    """Ctrl-C: the points measured so far, marked, before the sweep stops as interrupted."""
+    (out / "sweep.json").write_text(json.dumps({**summary, "interrupted": True}, indent=1))
+    print(f"interrupted: {len(summary['points'])} points in {out}/sweep.json", flush=True)
+
+
 def _measure(p: argparse.Namespace) -> dict[str, Any]:
     out, res = asyncio.run(session.measure_once(p, p.target, session.load_tokenizer(p)))
     if out.interrupted:  # Ctrl-C inside the run: a cut-short point is no point
@@ -184,10 +200,8 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
                     if not p["saturated"] and p["offered_rate"] < first_sat),
                    default=None) if first_sat is not None else None
         goodput = _bisect(a, slo, points, run) if slo else None
-    except KeyboardInterrupt:  # keep the points measured so far, then stop as interrupted
-        (out / "sweep.json").write_text(json.dumps({"points": points, "interrupted": True},
-                                                   indent=1))
-        print(f"interrupted: {len(points)} points in {out}/sweep.json", flush=True)
+    except KeyboardInterrupt:
+        save_interrupted(out, {"points": points})
         raise
     bounded = any(not p["meets_slo"] for p in points) if slo else None
     summary = {"points": points, "knee_rate": knee, "saturation_rate": first_sat,
@@ -196,12 +210,9 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
                "goodput_bounded": bounded}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
     png = _plot(points, out / "sweep.png", knee, goodput)
-    if first_sat is None:
-        print(f"knee: not reached: no rate up to {summary['highest_rate']} req/s saturated; "
-              "raise --max-rate (or --rates)", flush=True)
-    else:
-        print(f"knee: {knee} req/s (last rate before saturation)" if knee is not None
-              else "knee: saturated at the first rate; start lower", flush=True)
+    print(knee_line(f"{knee} req/s (last rate before saturation)", knee, first_sat,
+                    f"rate up to {summary['highest_rate']} req/s", "raise --max-rate (or --rates)"),
+          flush=True)
     if slo:
         print(f"goodput: highest rate meeting the SLO: {goodput} req/s"
               + ("" if bounded else " (a lower bound: no rate tried missed the SLO; raise "

@@ -20,10 +20,12 @@ from loadtest.sweep import (
     Measure,
     _measure,
     _plot,
+    knee_line,
     levels,
     meets,
     parse_slo,
     point_args,
+    save_interrupted,
 )
 
 MIN_GAIN = 1.10  # throughput of a point against the previous one's
@@ -68,22 +70,17 @@ def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dic
         sat = next((p["concurrency"] for p in points if p["saturated"]), None)
         knee = max((p["concurrency"] for p in ok), default=None) if sat is not None else None
         goodput = _bisect(slo, points, run) if slo else None
-    except KeyboardInterrupt:  # keep the points measured so far, then stop as interrupted
-        (out / "sweep.json").write_text(json.dumps(
-            {"mode": "concurrency", "points": points, "interrupted": True}, indent=1))
-        print(f"interrupted: {len(points)} points in {out}/sweep.json", flush=True)
+    except KeyboardInterrupt:
+        save_interrupted(out, {"mode": "concurrency", "points": points})
         raise
     summary = {"mode": "concurrency", "points": points, "knee_concurrency": knee,
                "saturation_concurrency": sat,
                "slo": slo, "goodput_concurrency": goodput}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
     png = _plot(points, out / "sweep.png", knee, goodput, "concurrency (requests in flight)")
-    if sat is None:
-        print(f"knee: not reached: no level up to {max(p['concurrency'] for p in points)} "
-              "saturated; add higher --concurrencies", flush=True)
-    else:
-        print(f"knee: concurrency {knee}" if knee is not None
-              else "knee: saturated at the first level; start lower", flush=True)
+    print(knee_line(f"concurrency {knee}", knee, sat,
+                    f"level up to {max(p['concurrency'] for p in points)}",
+                    "add higher --concurrencies"), flush=True)
     if slo:
         print(f"goodput: highest concurrency meeting the SLO: {goodput}", flush=True)
     print(f"wrote {out}/sweep.json, {len(points)} point JSONs and {png.name}", flush=True)
