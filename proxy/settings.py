@@ -292,7 +292,13 @@ def load_settings(env: Mapping[str, str] | None = None,
             values[name] = parse(raw)
         except ValueError as exc:
             raise SettingsError(f"{source}: cannot parse {raw!r} ({exc})") from None
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.workers > 1 and env.get("PROXY_CACHE_SNAPSHOT") and not settings.redis_url:
+        # each worker would write its own cache over the same file at stop: one survives
+        raise SettingsError("PROXY_CACHE_SNAPSHOT keeps one process's cache; with "
+                            "PROXY_WORKERS > 1 set PROXY_REDIS_URL instead (shared, and kept "
+                            "across restarts by Redis)")
+    return settings
 
 
 def _cli_flags(argv: Sequence[str]) -> dict[str, str | None]:

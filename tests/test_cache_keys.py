@@ -61,7 +61,22 @@ def test_semantic_text_skipped_for_non_user_last_turn_and_images() -> None:
     assert keys(image).text is None
     parts = body(messages=[{"role": "user", "content": [{"type": "text", "text": "a"},
                                                         {"type": "text", "text": "b"}]}])
-    assert keys(parts).text == "ab"
+    assert keys(parts).text == "a\nb"  # as vLLM joins them for a string template
+
+
+def test_text_parts_never_share_an_answer_with_the_joined_string() -> None:
+    # found by a review: [cat, dog] was a semantic HIT (identical text, no judge) on the answer
+    # to "catdog"; vLLM's prompt is "cat\ndog". Parts share only with the same number of parts
+    one = keys(body(messages=[{"role": "user", "content": "catdog"}]))
+    two = keys(body(messages=[{"role": "user", "content": [
+        {"type": "text", "text": "cat"}, {"type": "text", "text": "dog"}]}]))
+    assert two.text == "cat\ndog" != one.text and two.partition != one.partition
+    joined = keys(body(messages=[{"role": "user", "content": "cat\ndog"}]))
+    assert joined.partition != two.partition  # a template may render parts apart
+    again = keys(body(messages=[{"role": "user", "content": [
+        {"type": "text", "text": "cat"}, {"type": "text", "text": "dog"}]}], max_tokens=5))
+    assert (again.partition, again.exact) == (two.partition, two.exact)
+    assert keys(body()).partition == keys(body(max_tokens=3)).partition  # strings unchanged
 
 
 def test_completions_prompt_text() -> None:

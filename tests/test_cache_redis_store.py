@@ -86,6 +86,56 @@ async def test_flush_namespace_and_all(store: RedisStore) -> None:
     assert await store.get_exact("b") is None and await store.count() == 0
 
 
+async def test_a_flush_reuses_no_id_and_leaves_other_keys(store: RedisStore,
+                                                          redis: Redis) -> None:
+    # found by a review: a flush deleted `seq`, ids restarted at 1, and an `x:` pointer written
+    # while the flush ran named another question's entry (an exact HIT with the wrong answer);
+    # it also deleted the shared per-key limits kept under the same prefix
+    first = await store.put(entry("a"))
+    from redis.asyncio import Redis as Client
+
+    raw = Client.from_url(redis.url)
+    try:
+        await raw.set("t:x:stale", 1)  # as if written for id 1 while the flush was running
+        await raw.set("t:lim:key:r", "3")
+        assert await store.flush() == 1
+        await raw.set("t:x:stale", 1)
+        second = await store.put(entry("b"))
+        assert first is not None and second is not None and second.id > first.id
+        assert await store.get_exact("stale") is None
+        assert await raw.get("t:lim:key:r") == b"3"
+    finally:
+        await raw.aclose()
+
+
+async def test_a_hung_redis_is_probed_by_one_call_while_the_rest_bypass(redis: Redis) -> None:
+    # found by a review: with Redis stopped (SIGSTOP) every caller waited out the socket
+    # timeout (~2 s with the retry), half of all requests at 10 req/s
+    import os
+    import signal
+
+    s = await RedisStore(redis.url, max_entries=10, ttl=None, prefix="t",
+                         retry_after=0.0).open()
+    assert redis.proc is not None
+    os.kill(redis.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await s.get_exact("a")  # the failure that marks it down
+
+        async def timed() -> float:
+            started = time.perf_counter()
+            with pytest.raises(StoreUnavailable):
+                await s.get_exact("a")
+            return time.perf_counter() - started
+
+        took = sorted(await asyncio.gather(*(timed() for _ in range(5))))
+        assert took[-1] > 0.5  # the one probe waited for the socket ...
+        assert took[3] < took[-1] / 10  # ... the other four bypassed at once
+    finally:
+        os.kill(redis.proc.pid, signal.SIGCONT)
+        await s.aclose()
+
+
 async def test_down_raises_unavailable_then_recovers(redis: Redis) -> None:
     s = await RedisStore(redis.url, max_entries=10, ttl=None, prefix="t",
                          retry_after=0.0).open()

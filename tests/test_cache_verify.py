@@ -10,6 +10,12 @@ REJECTED = [
     ("How many euros is 100 dollars?", "How many euros is 1,000 dollars?", "number"),
     ("Who was the second person on the moon?", "Who was the third person on the moon?",
      "number"),
+    # found by a review (the judge let the first through at a 10 % bound)
+    ("Who was the sixteenth president of the USA?", "Who was the seventeenth president of "
+     "the USA?", "number"),
+    ("What is the twentieth amendment?", "What is the thirtieth amendment?", "number"),
+    ("Is -5 °C below freezing?", "Is 5 °C below freezing?", "number"),
+    ("Is −5 °C below freezing?", "Is 5 °C below freezing?", "number"),
     ("What happened in May 1990?", "What happened in 1990?", "date"),
     ("What happened in June 1990?", "What happened in July 1990?", "date"),
     ("How do I reverse a list?", "How do I not reverse a list?", "negation"),
@@ -31,6 +37,9 @@ LEFT_TO_THE_JUDGE = [
     ("How do I turn on 2FA?", "How do I enable two-factor auth?"),
     ("How many calories in one banana?", "calories in a banana"),  # "one" is an article
     ("Convert JSON to YAML", "Convert YAML to JSON"),  # direction: the judge's call
+    ("pages 2-5 of the report", "pages 2-5 of the report, please"),  # a range, not -5
+    ("Is −5 °C cold?", "is -5 degrees C cold"),  # either minus sign
+    ("How big is Texas in km²?", "size of texas in square km"),  # a unit, not an exponent
 ]
 
 

@@ -117,3 +117,22 @@ async def test_hedge_off_waits_for_the_lookup():
         assert hit.headers["X-Cache"] == "HIT" and len(fake.completions()) == 1
         text = (await c.get("/metrics")).text
         assert 'proxy_cache_hedged_total{outcome="used"}' not in text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_simultaneous_twins_share_one_upstream_call_with_hedging_on(stream: bool):
+    # found by a review: each twin hedged while the leader embedded, so 10 identical
+    # requests at once made 10 upstream calls (single flight only worked with hedging off)
+    fake = FakeVllm(gate=asyncio.Event())
+    s = Settings(upstreams=(UP,), cache="semantic", cache_max_false_hit_rate=0.3)
+    async with proxy_client(s, transport=fake.transport) as c:
+        body = ask("Which river flows through Vienna?", stream=stream)
+        twins = [asyncio.create_task(c.post("/v1/chat/completions", json=body))
+                 for _ in range(6)]
+        await asyncio.wait_for(fake.arrived(1), 30)  # the leader's call, held at vLLM
+        fake.gate.set()  # type: ignore[union-attr]
+        replies = await asyncio.wait_for(asyncio.gather(*twins), 60)
+    assert len(fake.completions()) == 1
+    assert sorted(r.headers["X-Cache"] for r in replies) == ["HIT"] * 5 + ["MISS"]
+    if not stream:
+        assert len({r.json()["choices"][0]["message"]["content"] for r in replies}) == 1

@@ -37,10 +37,18 @@ def test_env_then_flags_override():
     ({"PROXY_UPSTREAM_HEADER": "maybe"}, "PROXY_UPSTREAM_HEADER"),
     ({"PROXY_ROUTING": "kv-events", "PROXY_UPSTREAM": "http://a:1,http://b:2",
       "PROXY_ROUTING_KV_EVENTS": "tcp://a:5557"}, "PROXY_ROUTING_KV_EVENTS"),
+    # two workers, one snapshot file: each overwrote it at stop (found by a review)
+    ({"PROXY_WORKERS": "2", "PROXY_CACHE_SNAPSHOT": "/tmp/c.jsonl"}, "PROXY_CACHE_SNAPSHOT"),
 ])
 def test_invalid_settings_name_the_setting(env, needle):
     with pytest.raises(SettingsError, match=needle):
         load_settings(env)
+
+
+def test_a_snapshot_with_workers_is_fine_behind_redis():
+    s = load_settings({"PROXY_WORKERS": "2", "PROXY_CACHE_SNAPSHOT": "/tmp/c.jsonl",
+                       "PROXY_REDIS_URL": "redis://127.0.0.1:6379/0"})
+    assert s.workers == 2
 
 
 def test_flag_errors_name_the_flag():

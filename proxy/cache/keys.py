@@ -48,7 +48,9 @@ def _text_of(content: Any) -> str | None:
         return content
     if isinstance(content, list) and all(
             isinstance(p, dict) and p.get("type") == "text" for p in content):
-        return "".join(str(p.get("text", "")) for p in content)
+        # as vLLM hands text parts to a string-content template: one per line (renderers/
+        # chat_utils.py); "".join served "cat" + "dog" the answer to "catdog"
+        return "\n".join(str(p.get("text", "")) for p in content)
     return None  # images, audio ...: exact tier only
 
 
@@ -57,6 +59,7 @@ def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str
     rest = effective.keyed_fields(kind, body)
     text: str | None = None
     context: Any
+    parts: int | None = None  # a question sent as N text parts: shares only with N parts
     if kind == "chat":
         messages = list(body.get("messages") or [])
         last = messages[-1] if messages else None
@@ -64,6 +67,8 @@ def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str
                 "role", "content"}:
             text = _text_of(last.get("content"))
             context = messages[:-1]
+            if isinstance(last.get("content"), list):  # a template may render parts apart
+                parts = len(last["content"])
         else:
             context = messages
         question: Any = messages
@@ -74,8 +79,11 @@ def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str
         text = prompt if isinstance(prompt, str) else None
         context = None if text is not None else prompt
         question = prompt
-    partition = _digest({"kind": kind, "model": model, "tenant": tenant,
-                         "embedder": embedder_id, "rest": rest, "context": context})
+    wall = {"kind": kind, "model": model, "tenant": tenant, "embedder": embedder_id,
+            "rest": rest, "context": context}
+    if parts is not None:
+        wall["parts"] = parts
+    partition = _digest(wall)
     exact = _digest({"partition": partition, "question": question})
     if text is not None and not text.strip():
         text = None

@@ -77,42 +77,26 @@ class SemanticCache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
         flight = f"{keys.exact}:{keys.max_tokens}"
         streams = req.body.get("stream") is True
-        # Hedge only a would-be leader: a follower waits for the leader's answer instead.
         hedged: list[bool] = []
-        hook: Callable[[], None] | None = None
-        if req.hedge is not None and flight not in self._flights.waiting:
-            start = req.hedge
 
-            def hook() -> None:
-                hedged.append(True)
-                start()
+        def hook() -> None:
+            hedged.append(True)
+            if req.hedge is not None:
+                req.hedge()
+
+        first_hook = hook if req.hedge is not None else None
         try:
-            for _ in range(3):
-                hit, vector = await self._find(keys, hook, req.exact_only)
-                if hit is not None:
-                    return hit
-                hook = None
+            for attempt in range(3):
                 waiting = self._flights.waiting.get(flight)
-                if waiting is not None and hedged:
-                    # a leader appeared while this one searched, and this one's upstream call
-                    # is already under way: go on with it rather than wait
-                    return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
                 if waiting is None:
-                    mine = asyncio.get_running_loop().create_future()
-                    self._flights.waiting[flight] = mine  # local twins wait on this replica
-                    if not await self.claims.claim(flight):  # another replica leads it
-                        del self._flights.waiting[flight]
-                        mine.set_result(None)
-                        if hedged:  # its upstream call is under way already: keep it
-                            return CacheResult(status="miss",
-                                               ticket=Ticket(keys, req.kind, vector))
-                        self.metrics.single_flight_remote_waits.inc()
-                        await self.claims.settled(flight, self.cfg.wait_s)
-                        continue  # its answer is stored now (or it gave up): look again
-                    if streams and self.cfg.flight_max_bytes > 0:
-                        self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
-                    return CacheResult(status="miss",
-                                       ticket=Ticket(keys, req.kind, vector, flight))
+                    # lead: registered before the search, so that twins arriving while it
+                    # embeds and judges wait for it (and do not hedge) rather than each going
+                    # upstream; only a first-time leader hedges
+                    led = await self._lead(req, keys, flight, streams,
+                                           first_hook if attempt == 0 else None, hedged)
+                    if led is not None:
+                        return led
+                    continue  # another replica led it and has settled: look again
                 live = self._flights.live.get(flight)
                 if live is not None and streams:
                     try:
@@ -127,7 +111,7 @@ class SemanticCache:
                         return CacheResult("hit", "flight", live=live)
                     if live.full and live.state == "live":  # too much to replay: go upstream
                         self.metrics.single_flight_fallbacks.labels("overflow").inc()
-                        return CacheResult(status="miss", ticket=Ticket(keys, req.kind, vector))
+                        return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
                     if live.state == "failed":
                         self.metrics.single_flight_fallbacks.labels("leader_failed").inc()
                     continue  # the leader ended before this one joined: look again, or lead
@@ -141,10 +125,35 @@ class SemanticCache:
             return BYPASS
         return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
 
+    async def _lead(self, req: CacheRequest, keys: RequestKeys, flight: str, streams: bool,
+                    hook: Callable[[], None] | None, hedged: list[bool]) -> CacheResult | None:
+        """Search as this flight's leader: a hit (twins then look again and find it), a miss
+        whose ticket leads the flight upstream, or None after another replica led it."""
+        self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
+        if streams and self.cfg.flight_max_bytes > 0:
+            self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
+        own = Ticket(keys, req.kind, None, flight)
+        try:
+            hit, own.vector = await self._find(keys, hook, req.exact_only)
+        except BaseException:
+            self._release(own, False)
+            raise
+        if hit is not None:
+            self._release(own, True)
+            return hit
+        if await self.claims.claim(flight):
+            return CacheResult(status="miss", ticket=own)
+        self._release(own, True)  # another replica leads it: local twins look again too
+        if hedged:  # this one's upstream call is under way already: keep it
+            return CacheResult(status="miss", ticket=Ticket(keys, req.kind, own.vector))
+        self.metrics.single_flight_remote_waits.inc()
+        await self.claims.settled(flight, self.cfg.wait_s)
+        return None
+
     async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None,
                     exact_only: bool = False) -> tuple[CacheResult | None, Vector | None]:
         entry = await self.db.get_exact(keys.exact)
-        if entry is not None and entry.partition == keys.partition:
+        if entry is not None and entry.exact == keys.exact and entry.partition == keys.partition:
             answer = serve(entry, keys.max_tokens, self.count)
             if answer is not None:
                 return CacheResult("hit", "exact", 1.0, answer,

@@ -6,7 +6,8 @@ replicas catch up on), `lru` (zset id->last use, the size bound), `ns:{namespace
 `epoch` (changes when Redis lost its data or was flushed: replicas then rebuild their index).
 Each replica keeps its own FAISS index; `changes()` returns the entries logged since its cursor.
 Any connection error raises StoreUnavailable (the cache is bypassed) and the store stays "down"
-for `retry_after` seconds before it tries again, so a dead Redis costs one refused connect.
+for `retry_after` seconds; then one call tries Redis again while the others keep bypassing, so
+a dead Redis costs one refused connect and a hung one one socket timeout per `retry_after`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class RedisStore:
         self._removed: list[int] = []
         self._on_evict = on_evict
         self._retry_after, self._page = retry_after, page
-        self._down_until = 0.0
+        self._down_until = 0.0  # > 0: Redis failed; until then the cache is bypassed
+        self._probing = False  # one call tries Redis again after that; the rest bypass
         self._cursor = 0
         self._epoch: bytes | None = None
         self._reset = False
@@ -51,13 +53,20 @@ class RedisStore:
         return self
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
-        if time.monotonic() < self._down_until:
+        probe = self._down_until > 0
+        if probe and (time.monotonic() < self._down_until or self._probing):
             raise StoreUnavailable("redis is down")
+        self._probing = probe  # a hung Redis costs the socket timeout once, not every caller
         try:
-            return await op()
+            result = await op()
         except (RedisError, OSError) as exc:
             self._down_until = time.monotonic() + self._retry_after
             raise StoreUnavailable(str(exc)) from exc
+        finally:
+            if probe:
+                self._probing = False
+        self._down_until = 0.0
+        return result
 
     def _px(self) -> int | None:
         return int(self.ttl * 1000) if self.ttl else None
@@ -185,7 +194,10 @@ class RedisStore:
                 return gone
             count = 0
             async for key in self._r.scan_iter(match=self._p + "*", count=1000):
-                count += key.startswith((self._p + "e:").encode())
+                name = key[len(self._p):]
+                if not (name.startswith(_FLUSHED) or name in _FLUSHED_KEYS):
+                    continue  # `seq` (ids are never reused) and other users' keys (limits)
+                count += name.startswith(b"e:")
                 await self._r.unlink(key)
             self._epoch, self._cursor = None, 0
             await self._check_epoch()
@@ -201,6 +213,12 @@ class RedisStore:
     async def aclose(self) -> None:
         await self._r.aclose()
 
+
+# What a whole flush deletes: the entries and their indexes. Not `seq`: a reused id would let
+# an `x:` pointer written during the flush name another question's entry; not the shared
+# per-key limits, which live under the same prefix (`lim:`).
+_FLUSHED = (b"e:", b"v:", b"x:", b"ns:")
+_FLUSHED_KEYS = (b"log", b"lru", b"epoch")
 
 # Delete x:{exact} only if it still points at this id (a newer entry may have replaced it).
 _DEL_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"

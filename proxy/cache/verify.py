@@ -2,7 +2,9 @@
 
 Only general rules stay here; the learned judge (proxy/cache/judge.py) decides the rest.
 
-- number: the numbers differ (digits, "10k", number words, ordinals, "two hundred");
+- number: the numbers differ (digits with their sign, "10k", number words, ordinals up to the
+          millionth, "two hundred"; not superscripts: "km²" is "square km" more often than an
+          exponent, which the judge weighs);
 - date:   the month names differ ("May 1990" vs "1990"); "may"/"march" count as months only
           when capitalised inside a sentence or next to a number;
 - negation: one text negates its verb and the other does not (not, n't, never, no).
@@ -15,15 +17,20 @@ from collections import Counter
 from dataclasses import dataclass
 
 REASONS = ("number", "date", "negation", "judge")
-_TOKEN = re.compile(r"(?<![A-Za-z0-9.])\d+(?:[.,]\d+)*(?:k\b|m\b)?|[A-Za-z]+(?:'[a-z]+)?|[.?!:;]")
+_TOKEN = re.compile(r"(?<![A-Za-z0-9.])(?:[-−](?=\d))?\d+(?:[.,]\d+)*(?:k\b|m\b)?"
+                    r"|[A-Za-z]+(?:'[a-z]+)?|[.?!:;]")
 _WORDS = ("zero _ two three four five six seven eight nine ten eleven twelve thirteen "
           "fourteen fifteen sixteen seventeen eighteen nineteen").split()
 _TENS = {w: 10 * (i + 2) for i, w in enumerate(
     "twenty thirty forty fifty sixty seventy eighty ninety".split())}
 NUMBER_WORDS = {**{w: i for i, w in enumerate(_WORDS)}, **_TENS, "dozen": 12}
 SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000, "billion": 1_000_000_000}
-ORDINALS = {w: i + 1 for i, w in enumerate(
-    "_ second third fourth fifth sixth seventh eighth ninth tenth".split())}
+ORDINALS = {**{w: i + 1 for i, w in enumerate(
+    ("_ second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
+     "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth").split())},
+    **{w: 10 * (i + 2) for i, w in enumerate(
+        "twentieth thirtieth fortieth fiftieth sixtieth seventieth eightieth ninetieth".split())},
+    "hundredth": 100, "thousandth": 1000, "millionth": 1_000_000}  # "first": often no number
 MONTHS = ("january february march april may june july august september october november "
           "december").split()
 _AMBIGUOUS_MONTHS = {"may", "march"}
@@ -45,7 +52,7 @@ class Facts:
 
 def _number(token: str) -> str:
     scale = {"k": 1000, "m": 1_000_000}.get(token[-1].lower(), 1)
-    digits = token.rstrip("kKmM").replace(",", "")
+    digits = token.rstrip("kKmM").replace(",", "").replace("−", "-")
     try:
         value = float(digits) * scale
     except ValueError:
@@ -68,7 +75,7 @@ def facts(text: str) -> Facts:
         if pending is not None:
             numbers[str(pending)] += 1
             pending = None
-        if tok[0].isdigit():
+        if tok[0].isdigit() or tok[0] in "-−":
             numbers[_number(tok)] += 1
         elif low in NUMBER_WORDS:
             pending = NUMBER_WORDS[low]
