@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     common: dict[str, Any] = dict(host=settings.host, port=settings.port, loop="uvloop",
                                   http="proxy.guard:GuardedProtocol"
                                   if settings.connection_guard else "httptools", log_config=None,
-                                  access_log=False, lifespan="on", timeout_graceful_shutdown=10,
+                                  access_log=False, lifespan="on",
+                                  timeout_graceful_shutdown=settings.shutdown_timeout,
                                   timeout_keep_alive=settings.keepalive_timeout)
     if settings.workers == 1:
         uvicorn.run(create_app(settings, freeze_gc=True), **common)

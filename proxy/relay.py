@@ -22,6 +22,7 @@ from proxy.upstream import UpstreamStream
 
 _USAGE = b'"usage"'
 _FINISHED = b'"finish_reason":"'  # a terminal chunk (vLLM writes no spaces)
+_DONE = b"data: [DONE]"
 SSE = "text/event-stream; charset=utf-8"  # as vLLM (and Starlette for text/*) sends it
 
 
@@ -99,6 +100,7 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
     or (usage dropped) a finish_reason, or for every chunk while accumulating for the cache."""
     buf = b""
     held: list[bytes] = []
+    tail = b""  # the end of what was sent: vLLM ends every stream with [DONE]
     try:
         async for chunk in stream.chunks():
             if outcome.first_byte is None:
@@ -121,7 +123,13 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                     chunk = b"".join(ev + b"\n\n" for ev in held[:before]) + chunk
                     held.clear()
             if chunk:
+                tail = (tail + chunk)[-32:]
                 yield chunk
+        if _DONE not in tail + buf:
+            # a clean end without [DONE]: the upstream cut the answer (found by a review:
+            # such streams reached clients as complete, status 200)
+            raise BadGateway(f"the upstream {stream.backend.url} ended the stream before "
+                             f"[DONE]: the answer is incomplete")
     except ProxyError as err:  # headers are sent: tell the client in the stream, then stop
         outcome.error = err.status
         yield b"".join(ev + b"\n\n" for ev in held) + b"data: " + error_content(err) + b"\n\n"

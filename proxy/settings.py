@@ -42,6 +42,7 @@ class Settings:
     send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
     body_timeout: float = 30.0  # seconds for a whole request body to arrive (else 408)
     drain_timeout: float = 30.0  # at shutdown, seconds handed-over streams may take to finish
+    shutdown_timeout: float = 25.0  # at SIGTERM, seconds requests in flight may take to finish
     max_body_bytes: int = 4 * 1024 * 1024
     max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
     max_messages: int = 2048  # messages in one chat request
@@ -153,6 +154,9 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                      "seconds for a whole request body to arrive (else 408)"),
     "drain_timeout": ("PROXY_DRAIN_TIMEOUT", _float,
                       "at shutdown, seconds streams that others follow may take to finish"),
+    "shutdown_timeout": ("PROXY_SHUTDOWN_TIMEOUT", _float,
+                         "at SIGTERM, seconds requests in flight may take to finish before "
+                         "they are cut (new connections are refused at once)"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
     "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
     "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
@@ -227,6 +231,7 @@ def _validate(s: Settings) -> None:
         (s.send_timeout > 0, "PROXY_SEND_TIMEOUT must be positive"),
         (s.body_timeout > 0, "PROXY_BODY_TIMEOUT must be positive"),
         (s.drain_timeout >= 0, "PROXY_DRAIN_TIMEOUT must be >= 0"),
+        (s.shutdown_timeout >= 0, "PROXY_SHUTDOWN_TIMEOUT must be >= 0"),
         (s.header_timeout > 0 and s.keepalive_timeout > 0,
          "PROXY_HEADER_TIMEOUT and PROXY_KEEPALIVE_TIMEOUT must be positive"),
         ((s.max_connections or 1) > 0 and (s.max_connections_per_ip or 1) > 0,

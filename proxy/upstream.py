@@ -1,8 +1,10 @@
-"""The upstream client: pick a backend, send, fail over on connect errors, cancel by closing.
+"""The upstream client: pick a backend, send, fail over, cancel by closing.
 
 Bytes move through a `Transport` (proxy/transport.py: aiohttp in production, a fake in tests);
 this module adds what is vLLM-specific: the balancer, passive health, error statuses carrying
-vLLM's own body, and the in-flight count per backend.
+vLLM's own body, and the in-flight count per backend. A request fails over to the next backend
+(the failed one down for the back-off) when it was refused or dropped before any answer, when a
+gateway status came back (502/503/504), or on a 500 from a backend whose /health then fails.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 
 from proxy.balancer import Balancer
-from proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamUnavailable
+from proxy.errors import BadGateway, UpstreamError, UpstreamHTTPError, UpstreamUnavailable
 from proxy.metrics import Metrics
 from proxy.routing.backend import Backend
 from proxy.routing.protocol import Choice, RouteRequest
 from proxy.settings import Settings
 from proxy.transport import AiohttpTransport, Limits, Reply, Transport
+
+_DOWN = (502, 503, 504)  # a gateway or an engine that is not there: the replica, not the request
 
 
 def limits(settings: Settings) -> Limits:
@@ -77,18 +81,28 @@ class Upstream:
                 backend.inflight -= 1
                 last = exc
                 self.metrics.upstream_errors.labels(backend.url, type(exc).__name__).inc()
-                if isinstance(exc, UpstreamUnavailable):
+                if isinstance(exc, UpstreamUnavailable | BadGateway):
+                    # refused, or dropped before any answer: down for the back-off, next one
                     self.balancer.mark_down(backend, str(exc))
                     continue
                 raise
             except BaseException:
                 backend.inflight -= 1
                 raise
-            self.balancer.mark_up(backend)
             stream = UpstreamStream(backend, reply)
-            if reply.status >= 400:
-                await self._raise_status(stream)
-            return stream
+            if reply.status < 400:
+                self.balancer.mark_up(backend)
+                return stream
+            failed = await self._status_error(stream)
+            if reply.status in _DOWN or (reply.status == 500 and not await self.probe(backend)):
+                # a gateway error, or a 500 from a replica whose /health fails (its engine
+                # died): it answers fast, so least-loaded would keep choosing it (found by a
+                # review: 55 of 60 requests failed); down for the back-off, and this request,
+                # which it never ran, goes to the next one
+                self.balancer.mark_down(backend, f"HTTP {reply.status}")
+                last = failed
+                continue
+            raise failed
         raise last
 
     def _count(self, choice: Choice) -> None:
@@ -99,7 +113,7 @@ class Upstream:
         if choice.spilled_from is not None:
             m.spills.labels(choice.spilled_from.url).inc()
 
-    async def _raise_status(self, stream: UpstreamStream) -> None:
+    async def _status_error(self, stream: UpstreamStream) -> UpstreamHTTPError:
         try:
             content = await stream.read()
         except UpstreamError:
@@ -108,7 +122,7 @@ class Upstream:
             await stream.aclose()
         if stream.status >= 500:
             self.metrics.upstream_errors.labels(stream.backend.url, f"http_{stream.status}").inc()
-        raise UpstreamHTTPError(stream.status, content)
+        return UpstreamHTTPError(stream.status, content)
 
     async def fetch(self, method: str, path: str, content: bytes | None = None,
                     headers: Mapping[str, str] | None = None) -> bytes:
@@ -138,6 +152,7 @@ class Upstream:
         if reply.status == 200:
             self.balancer.mark_up(backend)
             return True
+        self.balancer.mark_down(backend, f"/health answered {reply.status}")
         return False
 
     async def aclose(self) -> None:

@@ -1,4 +1,5 @@
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import orjson
 
@@ -8,6 +9,8 @@ from proxy.sse import Accumulator
 
 
 class FakeStream:
+    backend = SimpleNamespace(url="http://vllm:8000")
+
     def __init__(self, chunks: list[bytes], fail: bool = False) -> None:
         self._chunks, self._fail = chunks, fail
 
@@ -26,7 +29,8 @@ CONTENT = [ev({"id": "1", "choices": [{"index": 0, "delta": {"content": w},
                                        "finish_reason": "stop" if w == "c" else None}]})
            for w in "abc"]
 USAGE = ev({"id": "1", "choices": [], "usage": {"completion_tokens": 3}})
-STREAM = b"".join(CONTENT) + USAGE + b"data: [DONE]\n\n"
+DONE = b"data: [DONE]\n\n"
+STREAM = b"".join(CONTENT) + USAGE + DONE
 
 
 async def run(chunks, acc=None, drop=False, fail=False):
@@ -50,8 +54,19 @@ async def test_usage_chunk_dropped_when_the_client_did_not_ask():
 
 
 async def test_passthrough_is_byte_identical_chunk_for_chunk():
-    out, _ = await run([*CONTENT, USAGE])
-    assert out == [*CONTENT, USAGE]
+    out, _ = await run([*CONTENT, USAGE, DONE])
+    assert out == [*CONTENT, USAGE, DONE]
+
+
+async def test_a_stream_that_ends_without_done_is_an_error_not_a_complete_answer():
+    # found by a review: an upstream that closed cleanly mid-answer reached the client as 200
+    out, outcome = await run([*CONTENT[:2]])
+    body = b"".join(out)
+    assert body.startswith(b"".join(CONTENT[:2])) and not outcome.finished
+    assert outcome.error == 502
+    assert orjson.loads(body.split(b"\n\n")[-2][6:])["error"]["code"] == "bad_gateway"
+    out, outcome = await run([b"{not json"])  # a body that is no SSE at all
+    assert not outcome.finished and b"{not json" not in b"".join(out)
 
 
 async def test_accumulates_for_the_cache():
@@ -83,8 +98,8 @@ async def test_without_usage_the_terminal_chunk_carries_the_fingerprint_as_vllm_
     assert "system_fingerprint" not in events[1]
     assert events[2]["system_fingerprint"] == "vllm-fp-1"
     assert b"".join(out).endswith(b"data: [DONE]\n\n") and outcome.finished
-    out, _ = await run([CONTENT[2] + FP_USAGE], drop=False)  # the client asked: untouched
-    assert out == [CONTENT[2] + FP_USAGE]
+    out, _ = await run([CONTENT[2] + FP_USAGE, DONE], drop=False)  # asked for: untouched
+    assert out == [CONTENT[2] + FP_USAGE, DONE]
 
 
 async def test_a_held_terminal_chunk_is_not_lost_when_the_stream_breaks():

@@ -21,6 +21,11 @@ def test_parse_sums_engines_and_takes_the_fullest_kv_cache():
     assert (load.running, load.waiting, load.kv_usage) == (5.0, 7.0, 0.5)
     assert parse_load("vllm:gpu_cache_usage_perc 0.75\n").kv_usage == 0.75
     assert parse_load("garbage\nvllm:num_requests_waiting{x} nan?\n").waiting == 0.0
+    # a broken exporter's NaN / inf / negative gauges are skipped: NaN made every routing
+    # score NaN and each request a 500 (ZeroDivisionError, StopIteration; found by a review)
+    odd = parse_load("vllm:num_requests_waiting NaN\nvllm:num_requests_running +Inf\n"
+                     "vllm:kv_cache_usage_perc -1\nvllm:num_requests_running 2\n")
+    assert (odd.running, odd.waiting, odd.kv_usage) == (2.0, 0.0, 0.0)
 
 
 async def test_poll_fills_the_backend_and_counts_failures():

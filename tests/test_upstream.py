@@ -4,7 +4,7 @@ from proxy.balancer import Balancer
 from proxy.errors import UpstreamHTTPError, UpstreamUnavailable
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream
-from tests.support.fake_upstream import FakeVllm
+from tests.support.fake_upstream import FakeReply, FakeTransport, FakeVllm
 
 A, B = "http://a:1", "http://b:2"
 
@@ -57,5 +57,61 @@ async def test_probe_marks_up_and_down():
     up = upstream(fake, A)
     assert await up.probe(up.balancer.backends[0])
     fake.connect_error.add(A)
+    assert not await up.probe(up.balancer.backends[0])
+    assert up.balancer.state()[0]["state"] == "down"
+
+
+def scripted(replies: dict[str, dict[str, int]]) -> tuple[FakeTransport, list[str]]:
+    """A transport whose backends answer fixed statuses per path (default 200)."""
+    seen: list[str] = []
+
+    async def handle(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        seen.append(url)
+        origin, path = "/".join(url.split("/", 3)[:3]), "/" + url.split("/", 3)[3]
+        status = replies.get(origin, {}).get(path, 200)
+        return FakeReply(status, json_body={"error": {"message": f"{origin} {status}"}}
+                         if status >= 400 else {"ok": origin})
+    return FakeTransport(handle), seen
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_a_gateway_status_fails_over_and_marks_the_replica_down(status):
+    # found by a review: a replica answering 503 at once kept its in-flight count at 0, so
+    # least-loaded kept choosing it and 55 of 60 requests failed
+    transport, seen = scripted({A: {"/v1/completions": status}})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
+    assert [s["state"] for s in up.balancer.state()] == ["down", "up"]
+    await up.fetch("POST", "/v1/completions", b"{}")
+    assert [u.split("/v1")[0] for u in seen] == [A, B, B]  # a is skipped while down
+    assert all(b.inflight == 0 for b in up.balancer.backends)
+
+
+async def test_a_500_fails_over_only_when_the_replicas_health_fails_too():
+    # an engine that died: completions 500 and /health 503
+    transport, seen = scripted({A: {"/v1/completions": 500, "/health": 503}})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
+    assert up.balancer.state()[0]["state"] == "down"
+    # a 500 for this request alone (the replica is healthy): vLLM's answer, nobody marked down
+    transport, seen = scripted({A: {"/v1/completions": 500}, B: {"/v1/completions": 500}})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    with pytest.raises(UpstreamHTTPError) as info:
+        await up.fetch("POST", "/v1/completions", b"{}")
+    assert info.value.status == 500 and len([u for u in seen if "/v1/" in u]) == 1
+    assert [s["state"] for s in up.balancer.state()] == ["up", "up"]
+
+
+async def test_the_last_gateway_error_is_the_answer_when_every_replica_gives_one():
+    transport, _ = scripted({A: {"/v1/completions": 503}, B: {"/v1/completions": 503}})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    with pytest.raises(UpstreamHTTPError) as info:
+        await up.fetch("POST", "/v1/completions", b"{}")
+    assert info.value.status == 503 and b"http://b:2 503" in info.value.content
+
+
+async def test_a_failing_health_probe_marks_down():
+    transport, _ = scripted({A: {"/health": 503}})
+    up = Upstream(transport, Balancer((A,), backoff=60), Metrics())
     assert not await up.probe(up.balancer.backends[0])
     assert up.balancer.state()[0]["state"] == "down"

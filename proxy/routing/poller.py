@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ def parse_load(text: str) -> Load:
             value = float(line.rsplit(" ", 1)[1])
         except (IndexError, ValueError):
             continue
+        if not math.isfinite(value) or value < 0:
+            continue  # NaN or inf from a broken exporter would poison every score (500s)
         if name == _RUNNING:
             running += value
         elif name == _WAITING:
