@@ -82,6 +82,8 @@ class TooManyRequests(ProxyError):
 class UpstreamError(ProxyError):
     """Anything that went wrong talking to vLLM."""
 
+    upstream: str | None = None  # which backend, once one was tried (X-Upstream, access log)
+
 
 class UpstreamUnavailable(UpstreamError):
     status = 503

@@ -19,7 +19,7 @@ from proxy import clip, openai, params, policy
 from proxy.admission import Admission
 from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
-from proxy.errors import BadGateway, ProxyError
+from proxy.errors import BadGateway, ProxyError, UpstreamError
 from proxy.hedge import Hedge
 from proxy.limits import KeyLimits, parse
 from proxy.logs import access
@@ -103,6 +103,10 @@ class CompletionHandler:
             response = await self._handle(request, kind, trace, headers)
         except ProxyError as err:
             trace.status = err.status
+            if isinstance(err, UpstreamError) and err.upstream:  # which replica failed
+                trace.upstream = err.upstream
+                if self.d.settings.upstream_header:
+                    headers["X-Upstream"] = err.upstream
             response = error_response(err, headers)
         except ClientGone:
             trace.status = 499

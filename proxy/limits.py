@@ -155,13 +155,14 @@ class KeyLimits:
             if wait > 0:
                 raise self.refuse("rpm", f"{state.requests.per_minute:g} requests per minute",
                                    wait)
-            state.requests.level -= 1
         if state.tokens is not None:
             state.tokens.refill(self.clock())
             wait = state.tokens.wait(0)
             if wait > 0 or state.tokens.level <= 0:
                 raise self.refuse("tpm", f"{state.tokens.per_minute:g} tokens per minute",
                                    max(wait, 1))
+        if state.requests is not None:  # taken only once admitted: a tpm refusal costs none
+            state.requests.level -= 1
         state.active += 1
         return True
 

@@ -79,7 +79,7 @@ class Upstream:
                                                      headers or {})
             except UpstreamError as exc:
                 backend.inflight -= 1
-                last = exc
+                last, exc.upstream = exc, backend.url
                 self.metrics.upstream_errors.labels(backend.url, type(exc).__name__).inc()
                 if isinstance(exc, UpstreamUnavailable | BadGateway):
                     # refused, or dropped before any answer: down for the back-off, next one
@@ -94,6 +94,7 @@ class Upstream:
                 self.balancer.mark_up(backend)
                 return stream
             failed = await self._status_error(stream)
+            failed.upstream = backend.url
             if reply.status in _DOWN or (reply.status == 500 and not await self.probe(backend)):
                 # a gateway error, or a 500 from a replica whose /health fails (its engine
                 # died): it answers fast, so least-loaded would keep choosing it (found by a

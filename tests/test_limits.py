@@ -75,6 +75,18 @@ def test_tokens_per_minute_counts_input_and_output() -> None:
     assert lim.enter("k")
 
 
+def test_a_tpm_refusal_takes_no_request_from_the_rpm_bucket() -> None:
+    # found by a review: four tpm refusals drained rpm, and the fifth try read "rpm" with a
+    # Retry-After of 12 s while the token debt needed 120 s
+    clock = Clock()
+    lim = KeyLimits({"k": KeyLimit(rpm=5, tpm=100)}, clock=clock)
+    lim.enter("k")
+    lim.leave("k", 300)  # 200 tokens of debt
+    for _ in range(6):
+        with pytest.raises(KeyLimited, match="tokens per minute"):
+            lim.enter("k")
+
+
 def test_workers_split_the_limits() -> None:
     lim = KeyLimits({"*": KeyLimit(concurrent=3, rpm=60, tpm=100)}, workers=2)
     assert lim.table["*"] == KeyLimit(2, 30, 50)

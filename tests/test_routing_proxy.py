@@ -112,3 +112,14 @@ async def test_kv_events_starts_its_subscriptions_and_serves_before_any_event():
         assert first.headers["X-Upstream"] == again.headers["X-Upstream"]
         metrics = (await c.get("/metrics")).text
     assert f'proxy_routing_poll_errors_total{{upstream="{A}"}}' in metrics  # no /metrics here
+
+
+async def test_an_error_says_which_replica_gave_it():
+    # found by a review: X-Upstream and the access log's upstream were null on errors,
+    # exactly when an operator needs them
+    fake = FakeVllm(fail_with=(422, {"error": {"message": "no"}}))
+    async with proxy_client(settings(routing="least-loaded", upstream_header=True),
+                            transport=fake.transport, counter=WordEncoder()) as c:
+        r = await c.post("/v1/chat/completions", json=chat(1, 1))
+    assert r.status_code == 422 and r.headers["X-Upstream"] in (A, B)
+    assert r.headers["X-Upstream"] == fake.completions()[0].url.split("/v1/")[0]
