@@ -12,7 +12,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] != "serve":
         print(USAGE, file=sys.stderr)
         return 2
-    from proxy.settings import SettingsError, cli_env, parse_cli
+    from proxy.settings import SettingsError, cli_env, parse_cli, unknown_env
 
     try:
         settings = parse_cli(argv[1:])
@@ -20,6 +20,10 @@ def main(argv: list[str]) -> int:
         print(f"error: invalid setting: {exc}", file=sys.stderr)
         return 2
     import os
+
+    for name, close in unknown_env(os.environ):
+        print(f"warning: {name} is not a setting the proxy reads"
+              + (f"; did you mean {close}?" if close else ""), file=sys.stderr)
 
     import uvicorn
 

@@ -306,6 +306,18 @@ def load_settings(env: Mapping[str, str] | None = None,
     return settings
 
 
+def unknown_env(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """PROXY_* variables nothing reads (a mistyped name leaves its setting at the default),
+    each with the closest name that is read."""
+    import difflib
+
+    from proxy.cache.config import ENV_ONLY
+
+    known = sorted({var for var, _, _ in _SPEC.values()} | set(ENV_ONLY))
+    return [(name, next(iter(difflib.get_close_matches(name, known, 1, 0.6)), None))
+            for name in sorted(env) if name.startswith("PROXY_") and name not in known]
+
+
 def _cli_flags(argv: Sequence[str]) -> dict[str, str | None]:
     parser = argparse.ArgumentParser(prog="python -m proxy serve")
     add_flags(parser)

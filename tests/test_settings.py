@@ -72,3 +72,25 @@ def test_exact_only_rules():
 def test_judge_model_takes_a_bundled_name_in_any_case():
     assert load_settings({"PROXY_CACHE_JUDGE_MODEL": "MiniLM"}).cache_judge_model == "MiniLM"
     assert load_settings({}).cache_judge_model == "mpnet"
+
+
+def test_a_mistyped_variable_is_named_with_the_closest_setting():
+    # a reviewer set PROXY_CACHE_REDIS_URL (the setting is PROXY_REDIS_URL) and the proxy
+    # silently ran on its in-memory store
+    from proxy.settings import unknown_env
+
+    got = dict(unknown_env({"PROXY_UPSTREAMS": "x", "PROXY_PORT": "1", "HOME": "/",
+                            "PROXY_CACHE_SNAPSHOT": "s", "PROXY_QWXZ_VJK": "1"}))
+    assert got == {"PROXY_UPSTREAMS": "PROXY_UPSTREAM", "PROXY_QWXZ_VJK": None}
+
+
+def test_every_variable_the_proxy_reads_is_known():
+    import re
+    from pathlib import Path
+
+    from proxy.settings import unknown_env
+
+    root = Path(__file__).resolve().parents[1] / "proxy"
+    read = {n for p in root.rglob("*.py") for n in re.findall(r'"(PROXY_[A-Z0-9_]+)"',
+                                                             p.read_text())}
+    assert len(read) > 50 and unknown_env(dict.fromkeys(read, "")) == []

@@ -24,6 +24,11 @@ def model_dir(name: str | None) -> Path:
                          f"directory with a judge.json, not {name!r}")
     return path
 EMBED_BACKENDS = ("onnx", "torch")
+# the cache's settings read from the environment alone (the rest are also in proxy.settings)
+ENV_ONLY = ("PROXY_CACHE_EMBED_BACKEND", "PROXY_CACHE_EMBED_MODEL", "PROXY_CACHE_EMBED_THREADS",
+            "PROXY_CACHE_FLIGHT_MAX_BYTES", "PROXY_CACHE_JUDGE_MAX_PENDING",
+            "PROXY_CACHE_JUDGE_THREADS", "PROXY_CACHE_REDIS_PREFIX", "PROXY_CACHE_SHARED",
+            "PROXY_CACHE_SNAPSHOT")
 
 
 @dataclass(frozen=True, slots=True)
