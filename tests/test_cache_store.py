@@ -34,6 +34,20 @@ async def test_ttl_expires_on_read() -> None:
     assert await store.get_exact("a") is None and await store.count() == 0
 
 
+async def test_count_leaves_out_entries_past_their_ttl() -> None:
+    # found by a review: stats and proxy_cache_entries counted them until evicted
+    store = MemoryStore(max_entries=10, ttl=60)
+    old = entry("old")
+    old.created = time.time() - 61
+    await store.put(old)
+    fresh = await store.put(entry("fresh"))
+    assert await store.count() == 1 and fresh is not None
+    assert old.id in store.take_removed()  # the index forgets it too
+    for _ in range(3000):  # replacements: the bookkeeping stays bounded by the live entries
+        assert await store.put(entry("same", finish="length")) is not None
+    assert await store.count() == 2 and len(store._born) <= 2 * 2 + 1024
+
+
 async def test_replacement_keeps_the_better_answer() -> None:
     store = MemoryStore(max_entries=10, ttl=None)
     await store.put(entry("a", finish="stop"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -54,7 +54,8 @@ class MemoryStore:
         self.max_entries, self.ttl, self.snapshot = max_entries, ttl, snapshot
         self._removed: list[int] = []
         self._on_evict = on_evict
-        self._entries: OrderedDict[int, Entry] = OrderedDict()
+        self._entries: OrderedDict[int, Entry] = OrderedDict()  # least recently used first
+        self._born: deque[tuple[float, int]] = deque()  # (created, id) in the order put
         self._exact: dict[str, int] = {}
         self._next = 1
         self._loaded: list[Entry] = []
@@ -62,12 +63,11 @@ class MemoryStore:
     async def open(self) -> MemoryStore:
         if self.snapshot is not None and self.snapshot.exists():
             lines = await asyncio.to_thread(self.snapshot.read_bytes)
-            for line in lines.splitlines():
-                if line.strip():
-                    entry = Entry.from_json(line)
-                    entry.id = 0
-                    if await self.put(entry) is not None:
-                        self._loaded.append(entry)
+            saved = [Entry.from_json(line) for line in lines.splitlines() if line.strip()]
+            for entry in sorted(saved, key=lambda e: e.created):  # oldest first, as put
+                entry.id = 0
+                if await self.put(entry) is not None:
+                    self._loaded.append(entry)
         return self
 
     def _expired(self, entry: Entry) -> bool:
@@ -107,6 +107,10 @@ class MemoryStore:
         entry.id = self._next
         self._next += 1
         self._entries[entry.id] = entry
+        if self.ttl:
+            self._born.append((entry.created, entry.id))
+            if len(self._born) > 2 * len(self._entries) + 1024:  # mostly ids dropped since:
+                self._born = deque(sorted((e.created, i) for i, e in self._entries.items()))
         self._exact[entry.exact] = entry.id
         while len(self._entries) > self.max_entries:
             victim = next(iter(self._entries))
@@ -136,6 +140,11 @@ class MemoryStore:
         return len(ids)
 
     async def count(self) -> int:
+        """Live entries: those whose TTL has passed are dropped first, oldest first (each
+        once: amortised O(1) a call), so stats and proxy_cache_entries do not count them."""
+        while self._born and self.ttl and self._born[0][0] + self.ttl < time.time():
+            _, entry_id = self._born.popleft()
+            self._drop(entry_id)  # gone already (replaced, evicted, flushed): nothing to do
         return len(self._entries)
 
     async def aclose(self) -> None:
