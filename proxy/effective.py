@@ -78,6 +78,12 @@ def not_understood(kind: Kind, body: dict[str, Any]) -> list[str]:
     return sorted(k for k in body if k not in known and k not in BYPASS)
 
 
+def echo_only(kind: Kind, body: dict[str, Any]) -> bool:
+    """Completions with echo and max_tokens 0: vLLM returns the prompt alone (it runs 1 token),
+    so 0 is a valid length there."""
+    return kind == "completions" and body.get("echo") is True and body.get("max_tokens") == 0
+
+
 def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
     """None when the request may use the cache, else the reason it may not."""
     if body.get("n", 1) not in (1, None):

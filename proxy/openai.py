@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from proxy import effective
 from proxy.errors import BadRequest, ProxyError, UpstreamHTTPError
 from proxy.types import Kind
 
@@ -98,8 +99,8 @@ def validate(kind: Kind, body: dict[str, Any]) -> None:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object", param="stream_options")
-    if not (kind == "completions" and body.get("echo") is True and body.get("max_tokens") == 0):
-        _positive_int(body, "max_tokens")  # echo alone: vLLM returns the prompt
+    if not effective.echo_only(kind, body):
+        _positive_int(body, "max_tokens")
     if kind == "chat":
         _positive_int(body, "max_completion_tokens")  # completions ignore the field
     n = body.get("n")
@@ -111,4 +112,3 @@ def wants_usage(body: dict[str, Any]) -> bool:
     """stream_options.include_usage (params.check has coerced it as vLLM does)."""
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
-

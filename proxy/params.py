@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from proxy import effective
 from proxy.errors import BadRequest
 from proxy.types import Kind
 
@@ -88,9 +89,7 @@ def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
         raise _type_error(exc) from None
     coerced = parsed.model_dump(exclude_unset=True)
     body.update(coerced)
-    # completions: echo with max_tokens 0 returns the prompt alone (vLLM runs it as 1 token)
-    _ranges(coerced, echo_only=kind == "completions" and coerced.get("echo") is True
-            and coerced.get("max_tokens") == 0)
+    _ranges(coerced, echo_only=effective.echo_only(kind, coerced))
     n = coerced.get("n")
     if greedy and n is not None and n > 1:
         raise VllmValueError(f"n={n} asks for {n} choices, but this proxy forces greedy "

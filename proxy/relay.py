@@ -100,7 +100,7 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
     or (usage dropped) a finish_reason, or for every chunk while accumulating for the cache."""
     buf = b""
     held: list[bytes] = []
-    tail = b""  # the end of what was sent: vLLM ends every stream with [DONE]
+    last = b""  # the last whole events sent: vLLM ends every stream with [DONE]
     try:
         async for chunk in stream.chunks():
             if outcome.first_byte is None:
@@ -123,9 +123,9 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                     chunk = b"".join(ev + b"\n\n" for ev in held[:before]) + chunk
                     held.clear()
             if chunk:
-                tail = (tail + chunk)[-32:]
+                last = chunk
                 yield chunk
-        if _DONE not in tail + buf:
+        if _DONE not in last and _DONE not in buf:
             # a clean end without [DONE]: the upstream cut the answer (found by a review:
             # such streams reached clients as complete, status 200)
             raise BadGateway(f"the upstream {stream.backend.url} ended the stream before "

@@ -95,12 +95,14 @@ class Upstream:
                 return stream
             failed = await self._status_error(stream)
             failed.upstream = backend.url
-            if reply.status in _DOWN or (reply.status == 500 and not await self.probe(backend)):
-                # a gateway error, or a 500 from a replica whose /health fails (its engine
-                # died): it answers fast, so least-loaded would keep choosing it (found by a
-                # review: 55 of 60 requests failed); down for the back-off, and this request,
-                # which it never ran, goes to the next one
+            down = reply.status in _DOWN
+            if down:
                 self.balancer.mark_down(backend, f"HTTP {reply.status}")
+            if down or (reply.status == 500 and not await self.probe(backend)):
+                # a gateway error, or a 500 from a replica whose /health fails (its engine
+                # died; the probe marks it down): it answers fast, so least-loaded would keep
+                # choosing it (found by a review: 55 of 60 requests failed); this request,
+                # which it never ran, goes to the next one
                 last = failed
                 continue
             raise failed

@@ -93,6 +93,7 @@ async def test_a_500_fails_over_only_when_the_replicas_health_fails_too():
     up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
     assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
     assert up.balancer.state()[0]["state"] == "down"
+    assert up.balancer.state()[0]["failures"] == 1  # one failure, counted once (by the probe)
     # a 500 for this request alone (the replica is healthy): vLLM's answer, nobody marked down
     transport, seen = scripted({A: {"/v1/completions": 500}, B: {"/v1/completions": 500}})
     up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())

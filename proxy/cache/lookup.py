@@ -78,13 +78,14 @@ class SemanticCache:
         flight = f"{keys.exact}:{keys.max_tokens}"
         streams = req.body.get("stream") is True
         hedged: list[bool] = []
+        hook: Callable[[], None] | None = None
+        if req.hedge is not None:
+            start = req.hedge
 
-        def hook() -> None:
-            hedged.append(True)
-            if req.hedge is not None:
-                req.hedge()
+            def hook() -> None:
+                hedged.append(True)
+                start()
 
-        first_hook = hook if req.hedge is not None else None
         try:
             for attempt in range(3):
                 waiting = self._flights.waiting.get(flight)
@@ -93,7 +94,7 @@ class SemanticCache:
                     # embeds and judges wait for it (and do not hedge) rather than each going
                     # upstream; only a first-time leader hedges
                     led = await self._lead(req, keys, flight, streams,
-                                           first_hook if attempt == 0 else None, hedged)
+                                           hook if attempt == 0 else None, hedged)
                     if led is not None:
                         return led
                     continue  # another replica led it and has settled: look again
