@@ -154,7 +154,7 @@ class Client:
                     data = _object(orjson.loads(await resp.read()))
                     last = time.perf_counter()
                     out.ttft = last - st
-                    self._absorb(out, data)
+                    self._absorb(out, data, _choices(data))
                     chunks = 1 if data.get("choices") else 0
                 else:
                     buf = b""
@@ -170,7 +170,8 @@ class Client:
                                 if payload == b"[DONE]" or not payload:
                                     continue
                                 data = _object(orjson.loads(payload))
-                                if self._carries_output(data):
+                                choices = _choices(data)  # checked once an event
+                                if self._carries_output(choices):
                                     if chunks == 0:
                                         out.ttft = now - st
                                     else:
@@ -178,9 +179,9 @@ class Client:
                                     last = now
                                     chunks += 1
                                 elif finished is None and any(
-                                        c.get("finish_reason") for c in _choices(data)):
+                                        c.get("finish_reason") for c in choices):
                                     finished = now
-                                self._absorb(out, data)
+                                self._absorb(out, data, choices)
             if not chunks and finished is not None:  # it ended before any output
                 out.ttft = finished - st
                 last = finished
@@ -197,11 +198,11 @@ class Client:
             out.error = f"malformed response: {e}"
         return self._finish(out, req, chunks)
 
-    def _carries_output(self, data: dict[str, Any]) -> bool:
+    def _carries_output(self, choices: list[dict[str, Any]]) -> bool:
         """A chunk with generated output: text, or (chat) content, reasoning or tool calls. The
         chat role chunk and a bare finish_reason chunk carry none (vLLM's benchmark times
         only content too), so they start no TTFT and add no inter-token gap."""
-        for choice in _choices(data):
+        for choice in choices:
             if self.cfg.endpoint == "chat":
                 delta = choice.get("delta") or choice.get("message") or {}
                 if not isinstance(delta, dict):
@@ -213,10 +214,11 @@ class Client:
                 return True
         return False
 
-    def _absorb(self, out: Result, data: dict[str, Any]) -> None:
+    def _absorb(self, out: Result, data: dict[str, Any],
+                choices: list[dict[str, Any]]) -> None:
         if "error" in data and not data.get("choices"):
             out.error = "stream error: " + orjson.dumps(data["error"]).decode()[:300]
-        for choice in _choices(data):
+        for choice in choices:
             if self.cfg.endpoint == "chat":
                 msg = choice.get("delta") or choice.get("message") or {}
                 text = msg.get("content") if isinstance(msg, dict) else None

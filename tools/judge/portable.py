@@ -45,6 +45,13 @@ def timed(judge: Judge, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, float
     return out, (time.perf_counter() - started) / max(1, len(pairs)) * 1000
 
 
+def spread(a: np.ndarray, b: np.ndarray) -> str:
+    """How far two scorings of the same pairs are apart, over the pairs both score."""
+    ok = np.isfinite(a) & np.isfinite(b)
+    gap = np.quantile(np.abs(a[ok] - b[ok]), [0.5, 0.9, 0.99, 1.0])
+    return f"|diff| median {gap[0]:.4f} p90 {gap[1]:.4f} p99 {gap[2]:.4f} max {gap[3]:.4f}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.judge.portable")
     parser.add_argument("model", nargs="?", type=Path, default=MODEL_DIR)
@@ -68,10 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     theirs, theirs_ms = timed(stored, pairs)
     ok = np.isfinite(ours) & np.isfinite(theirs)
     corr = float(np.corrcoef(ours[ok], theirs[ok])[0, 1])
-    gap = np.quantile(np.abs(ours[ok] - theirs[ok]), [0.5, 0.9, 0.99, 1.0])
     print(f"{args.model}: {ok.sum()} dev pairs, stored vs portable weights: "
-          f"correlation {corr:.4f}, |diff| median {gap[0]:.4f} p90 {gap[1]:.4f} "
-          f"p99 {gap[2]:.4f} max {gap[3]:.4f}; "
+          f"correlation {corr:.4f}, {spread(ours, theirs)}; "
           f"ms per pair stored {theirs_ms:.1f}, portable {ours_ms:.1f}")
     if args.levels:
         basic = Judge(open_session(args.model / meta["model"], args.threads,
@@ -79,10 +84,7 @@ def main(argv: list[str] | None = None) -> None:
                       judge.tokenizer, judge.rows, 0.01, judge.max_tokens, judge.floor)
         other, _ = timed(basic, pairs)
         basic.close()
-        ok = np.isfinite(ours) & np.isfinite(other)
-        gap = np.quantile(np.abs(ours[ok] - other[ok]), [0.5, 0.9, 0.99, 1.0])
-        print(f"portable weights, basic vs all graph optimisations: |diff| median "
-              f"{gap[0]:.4f} p90 {gap[1]:.4f} p99 {gap[2]:.4f} max {gap[3]:.4f}")
+        print(f"portable weights, basic vs all graph optimisations: {spread(ours, other)}")
     if args.table:
         cos = cosines(dev)
         live = [i for i, p in enumerate(dev) if cos[i] >= judge.floor]
