@@ -132,4 +132,24 @@ case "$1" in
       run xngpu_edit_$rep 8023 code_edit 4 48
     done
     ;;
+  S)  # spec decoding on a model taught the code_edit task (`train-model --copy-frac`: a share of
+      # the training rows are chunk, marker, chunk from training files), padded 8x wide as in P2;
+      # n-gram with 3 and with 5 draft tokens
+    trained
+    cp /root/model/train_report.json $R/train_report.json
+    python3 -m deploy pad-model /root/model /root/wide8 --width 8 > $R/pad8.json
+    W=(--model /root/wide8 --set kv-cache-memory-bytes=4G --set gpu-memory-utilization=0.28)
+    start sbase 8031 baseline "${W[@]}"
+    start sngram 8032 spec-ngram "${W[@]}"
+    start sngram5 8033 spec-ngram "${W[@]}" --set speculative-config.num_speculative_tokens=5
+    up 8031 8032 8033
+    for rep in 1 2 3; do
+      run sbase_edit1c_$rep 8031 code_edit 1 16
+      run sngram_edit1c_$rep 8032 code_edit 1 16
+      run sngram5_edit1c_$rep 8033 code_edit 1 16
+      run sbase_edit_$rep 8031 code_edit 4 48
+      run sngram_edit_$rep 8032 code_edit 4 48
+      run sngram5_edit_$rep 8033 code_edit 4 48
+    done
+    ;;
 esac

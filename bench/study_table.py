@@ -17,7 +17,9 @@ COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total"
             "spec_decode_num_accepted_tokens_total", "num_preemptions_total",
             "prefix_cache_hits_total", "prefix_cache_queries_total")
 PAIRS = {"ngram_edit": "base_edit", "draft_edit": "base_edit", "fp8_long": "base_long",
-         "prefix_shared": "base_shared", "ngram_edit1c": "base_edit1c"}
+         "prefix_shared": "base_shared", "ngram_edit1c": "base_edit1c",
+         **{f"{p}{spec}_{wl}": f"{p}base_{wl}" for p in ("w", "x", "s")
+            for spec in ("ngram", "ngram5", "ngpu") for wl in ("edit", "edit1c")}}
 
 
 def counters(path: Path) -> dict[str, float]:

@@ -18,6 +18,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from deploy.train_model import COPY_MARKER
+
 Row = dict[str, object]
 
 
@@ -44,7 +46,7 @@ def code_edit(files: list[Path], rng: random.Random, n: int) -> list[Row]:
     rows: list[Row] = []
     for chunk in _chunks(files, 2400, rng, n):
         head = "\n".join(chunk.splitlines()[:2])
-        prompt = f"{chunk}\n\n# ---- the same code, unchanged ----\n{head}\n"
+        prompt = f"{chunk}{COPY_MARKER}{head}\n"
         rows.append({"prompt": prompt, "output_tokens": 256})
     return rows
 

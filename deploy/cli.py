@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--corpus-mb", type=float, default=200.0)
     tr.add_argument("--vocab", type=int, default=16384)
     tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--copy-frac", type=float, default=0.0,
+                    help="share of rows teaching the code_edit task (chunk, marker, chunk)")
     tr.add_argument("--device", default=None, help="cuda if there is one, else cpu")
 
     pm = sub.add_parser("pad-model", help="SRC's function at a wider model's cost (docs in "
@@ -105,7 +107,10 @@ def _train_model(args: argparse.Namespace) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = True
-    common = {"batch": args.batch, "seq_len": args.seq_len, "seed": args.seed}
+    if not 0.0 <= args.copy_frac <= 1.0:
+        raise SystemExit("--copy-frac must be within [0, 1]")
+    common = {"batch": args.batch, "seq_len": args.seq_len, "seed": args.seed,
+              "copy_frac": args.copy_frac}
     spec = spec_for(args.preset, args.steps, max_minutes=args.max_minutes, **common)
     draft = None
     if args.draft_dir is not None:

@@ -3,7 +3,13 @@ text every machine has (deploy/corpus.py), and save both in the HF format vLLM l
 
 Seeded; a fixed number of steps (with a wall-clock cap that stops early and says so); the
 held-out loss is measured on files that never train; a checkpoint every `ckpt_every` steps
-lets a stopped run resume where it was."""
+lets a stopped run resume where it was.
+
+`copy_frac` of the training rows teach the code-editing task the study measures: a chunk of a
+training file, the task's instruction line (COPY_MARKER), then the same chunk again, as an
+instruction-tuned model is taught its task format. Held-out loss is measured on plain text only;
+the report adds the held-out copy accuracy (greedy next token, teacher-forced, on the second
+copy of held-out chunks)."""
 
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ class TrainSpec:
     max_minutes: float = 8.0
     eval_batches: int = 8
     ckpt_every: int = 200
+    copy_frac: float = 0.0
+
+
+COPY_MARKER = "\n\n# ---- the same code, unchanged ----\n"  # bench.study_workloads' code_edit
 
 
 SHAPES = {
@@ -72,6 +82,30 @@ def _windows(data: Any, gen: Any, batch: int, seq_len: int) -> Any:
     return torch.stack([data[s:s + seq_len + 1] for s in starts.tolist()])
 
 
+def _copy_rows(data: Any, gen: Any, batch: int, seq_len: int, marker: Any) -> Any:
+    """Rows of X + marker + X, the second copy cut to the row's length; and the position where
+    the second copy starts."""
+    import torch
+
+    room = seq_len + 1 - marker.numel()
+    first = (room + 1) // 2
+    starts = torch.randint(0, data.numel() - first - 1, (batch,), generator=gen)
+    rows = [torch.cat([data[s:s + first], marker, data[s:s + room - first]])
+            for s in starts.tolist()]
+    return torch.stack(rows), first + marker.numel()
+
+
+def _batch(spec: TrainSpec, data: Any, gen: Any, marker: Any) -> Any:
+    import torch
+
+    n_copy = int(round(spec.batch * spec.copy_frac))
+    plain = _windows(data, gen, spec.batch - n_copy, spec.seq_len)
+    if n_copy == 0:
+        return plain
+    copies, _ = _copy_rows(data, gen, n_copy, spec.seq_len, marker)
+    return torch.cat([plain, copies])
+
+
 def _loss(model: Any, rows: Any) -> Any:
     import torch.nn.functional as F
 
@@ -90,6 +124,26 @@ def held_out_loss(model: Any, data: Any, spec: TrainSpec, device: str) -> float:
             total += float(_loss(model, _windows(data, gen, spec.batch, spec.seq_len).to(device)))
     model.train()
     return total / spec.eval_batches
+
+
+def held_out_copy_accuracy(model: Any, data: Any, spec: TrainSpec, device: str,
+                           marker: Any) -> float:
+    """Share of the second copy's tokens the model predicts (argmax, teacher-forced)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(spec.seed + 2)
+    model.eval()
+    hits = total = 0
+    with torch.no_grad(), torch.autocast(device.split(":")[0], dtype=torch.bfloat16):
+        for _ in range(spec.eval_batches):
+            rows, second = _copy_rows(data, gen, spec.batch, spec.seq_len, marker)
+            rows = rows.to(device)
+            pred = model(input_ids=rows[:, :-1]).logits.argmax(-1)
+            # position t predicts token t + 1: the second copy's tokens from `second` on
+            hits += int((pred[:, second - 1:] == rows[:, second:]).sum())
+            total += pred[:, second - 1:].numel()
+    model.train()
+    return hits / max(1, total)
 
 
 def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: Path,
@@ -118,6 +172,8 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
     resumed_from = step
     params = sum(p.numel() for p in model.parameters())
     log(f"{params / 1e6:.1f}M params, {train_ids.numel() / 1e6:.1f}M train tokens")
+    marker = torch.tensor(tokenizer.backend_tokenizer.encode(
+        COPY_MARKER, add_special_tokens=False).ids)
     started = time.monotonic()
     stopped_early = False
     loss = float("nan")
@@ -127,7 +183,7 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
             break
         for group in opt.param_groups:
             group["lr"] = _lr(spec, step)
-        rows = _windows(train_ids, gen, spec.batch, spec.seq_len).to(device)
+        rows = _batch(spec, train_ids, gen, marker).to(device)
         with torch.autocast(device.split(":")[0], dtype=torch.bfloat16):
             out_loss = _loss(model, rows)
         opt.zero_grad(set_to_none=True)
@@ -144,6 +200,8 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
     report = {"params": params, "steps": step, "resumed_from": resumed_from,
               "stopped_early": stopped_early,
               "train_loss": loss, "held_out_loss": held_out_loss(model, eval_ids, spec, device),
+              "held_out_copy_accuracy": held_out_copy_accuracy(model, eval_ids, spec, device,
+                                                               marker),
               "train_tokens": int(train_ids.numel()), "held_out_tokens": int(eval_ids.numel()),
               "seconds": round(time.monotonic() - started, 1), "spec": asdict(spec)}
     model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
@@ -151,7 +209,8 @@ def train(spec: TrainSpec, tokenizer: Any, train_ids: Any, eval_ids: Any, out: P
     gen_cfg = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     (out / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
     (out / "train_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    log(f"held-out loss {report['held_out_loss']:.3f} after {step} steps -> {out}")
+    log(f"held-out loss {report['held_out_loss']:.3f}, copy accuracy "
+        f"{report['held_out_copy_accuracy']:.3f} after {step} steps -> {out}")
     return report
 
 
