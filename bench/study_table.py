@@ -8,6 +8,7 @@ before and after each run): speculative acceptance, preemptions, prefix-cache hi
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from collections import defaultdict
@@ -18,13 +19,21 @@ COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total"
             "prefix_cache_hits_total", "prefix_cache_queries_total")
 PAIRS = {"ngram_edit": "base_edit", "draft_edit": "base_edit", "fp8_long": "base_long",
          "prefix_shared": "base_shared", "ngram_edit1c": "base_edit1c",
-         **{f"{p}{spec}_{wl}": f"{p}base_{wl}" for p in ("w", "x", "s")
+         **{f"{p}{spec}_{wl}": f"{p}base_{wl}" for p in ("w", "x", "s", "m")
             for spec in ("ngram", "ngram5", "ngpu") for wl in ("edit", "edit1c")}}
+
+
+def _text(path: Path) -> str:
+    """A /metrics dump as written, or gzipped beside it (path + .gz); "" if neither is there."""
+    if path.exists():
+        return path.read_text()
+    packed = path.with_name(path.name + ".gz")
+    return gzip.decompress(packed.read_bytes()).decode() if packed.exists() else ""
 
 
 def counters(path: Path) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for line in _text(path).splitlines():
         m = re.match(r"vllm:(\w+)\{[^}]*\} ([0-9.e+]+)$", line)
         if m and m.group(1) in COUNTERS:
             out[m.group(1)] += float(m.group(2))

@@ -98,7 +98,7 @@ def _copy_rows(data: Any, gen: Any, batch: int, seq_len: int, marker: Any) -> An
 def _batch(spec: TrainSpec, data: Any, gen: Any, marker: Any) -> Any:
     import torch
 
-    n_copy = int(round(spec.batch * spec.copy_frac))
+    n_copy = round(spec.batch * spec.copy_frac)
     plain = _windows(data, gen, spec.batch - n_copy, spec.seq_len)
     if n_copy == 0:
         return plain
