@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runs of 2026-11-27 (session 14, one H100, one machine session), a record of what ran
-# after the vLLM parts were unpacked:
+# after `bash bench/gpu/slim_tree.sh hide` here (the tracked tree is ~190 MB, a run carries 64 MiB)
+# and the vLLM parts were unpacked:
 #   issue 14: the study model retrained with a quarter of its rows teaching the code_edit task
 #   (`train-model --copy-frac 0.25`, same seed, steps and corpus as before), padded 8x wide,
 #   then phase S of bench/study_gpu.sh: baseline vs spec-ngram (3 and 5 draft tokens),
