@@ -24,7 +24,14 @@ from proxy.hedge import Hedge
 from proxy.limits import KeyLimits, parse
 from proxy.logs import access
 from proxy.metrics import Metrics
-from proxy.receive import ClientGone, KeyRing, read_body, request_id, until_disconnect
+from proxy.receive import (
+    ClientGone,
+    KeyRing,
+    is_json,
+    read_body,
+    request_id,
+    until_disconnect,
+)
 from proxy.relay import (
     SSE,
     Pump,
@@ -126,6 +133,9 @@ class CompletionHandler:
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
+        if not is_json(request):  # as vLLM answers it, before any limit is spent
+            raise params.VllmTypeError(
+                "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")
         trace.lease = await self.limits.admit(tenant)
         raw = await read_body(request, s.max_body_bytes, s.body_timeout)
         body = await self.bounds.parse(raw, kind)

@@ -66,6 +66,12 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
+def is_json(request: Request) -> bool:
+    """vLLM's check, to the letter: the media type before any ';', lower-cased, not stripped."""
+    media = request.headers.get("content-type", "").lower().split(";", maxsplit=1)[0]
+    return media == "application/json"
+
+
 async def read_body(request: Request, limit: int, deadline: float) -> bytes:
     """The body, at most `limit` bytes (else 413), all of it within `deadline` seconds
     (PROXY_BODY_TIMEOUT; else 408: a slow-loris client cannot hold a connection open for long)."""

@@ -78,7 +78,8 @@ async def test_deep_json_in_any_field_is_a_400_not_a_500(depth: int) -> None:
         for field in ("tools", "metadata", "stop"):
             raw = orjson.dumps(chat)[:-1] + b',"' + field.encode() + b'":' \
                 + b"[" * depth + b"]" * depth + b"}"  # orjson cannot write it this deep
-            r = await c.post("/v1/chat/completions", content=raw)
+            r = await c.post("/v1/chat/completions", content=raw,
+                             headers={"content-type": "application/json"})
             assert r.status_code == 400, r.text
             assert r.json()["error"]["code"] == "json_too_deep"
     assert fake.completions() == []

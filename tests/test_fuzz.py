@@ -227,7 +227,8 @@ def test_oversized_bodies_are_413(proxy: Harness) -> None:
         for _ in range(40):
             yield b"x" * 10_000
 
-    r = proxy.run(proxy.client.post(POSTS[0], content=chunks()))
+    r = proxy.run(proxy.client.post(POSTS[0], content=chunks(),
+                                    headers={"content-type": "application/json"}))
     check(r)
     assert r.status_code == 413
     r = post(proxy, POSTS[1], b"{}", "application/json", {"content-length": "99999999999"})

@@ -431,3 +431,22 @@ async def test_a_batch_holds_one_admission_slot_per_prompt():
         fake.gate.set()
         assert (await batch).status_code == 200 and (await one).status_code == 200
     assert two.status_code == 429  # 3 + 2 > 4
+
+
+async def test_a_body_not_sent_as_json_is_vllms_400_and_spends_no_limit():
+    fake = FakeVllm()
+    ok = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
+    s = settings(api_keys=("sk-a",), key_limits='{"sk-a": {"rpm": 1}}')
+    auth = {"Authorization": "Bearer sk-a"}
+    async with proxy_client(s, transport=fake.transport) as c:
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {**auth, "content-type": ctype} if ctype else auth
+            r = await c.post("/v1/chat/completions", content=ok, headers=headers)
+            assert r.status_code == 400, (ctype, r.text)
+            err = r.json()["error"]
+            assert err["type"] == "Bad Request" and err["code"] == 400
+            assert "Only 'application/json' is allowed" in err["message"]
+        r = await c.post("/v1/chat/completions", content=ok,
+                         headers={**auth, "content-type": "application/json; charset=utf-8"})
+    assert r.status_code == 200, r.text  # the one request a minute was not spent above
+    assert len(fake.completions()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.params import VllmTypeError, VllmValueError, check
@@ -95,6 +96,23 @@ async def test_parity_with_vllm(vllm: Vllm) -> None:
                 got = (b.status_code, _type(b))
                 if want != got:
                     diffs.append((kind, name, want, got, b.text[:200]))
+    assert not diffs, diffs
+
+
+@pytest.mark.vllm
+async def test_content_types_answered_as_vllm_answers_them(vllm: Vllm) -> None:
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    raw = orjson.dumps({**BASE["chat"], "max_tokens": 2})
+    diffs = []
+    async with proxy_client(s) as proxy, httpx.AsyncClient(base_url=vllm.url,
+                                                           timeout=60) as direct:
+        for ctype in ("text/plain", "application/json; charset=utf-8", "Application/JSON",
+                      "", None):
+            headers = {"content-type": ctype} if ctype is not None else {}
+            a = await direct.post(PATHS["chat"], content=raw, headers=headers)
+            b = await proxy.post(PATHS["chat"], content=raw, headers=headers)
+            if (a.status_code, _type(a)) != (b.status_code, _type(b)):
+                diffs.append((ctype, a.status_code, b.status_code, b.text[:200]))
     assert not diffs, diffs
 
 

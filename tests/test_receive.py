@@ -2,7 +2,7 @@ import pytest
 from starlette.requests import Request
 
 from proxy.errors import PayloadTooLarge, Unauthorized
-from proxy.receive import KeyRing, read_body, request_id
+from proxy.receive import KeyRing, is_json, read_body, request_id
 
 
 def make_request(headers: dict[str, str], chunks: list[bytes] = ()) -> Request:
@@ -41,3 +41,16 @@ async def test_body_limit_by_header_and_by_bytes():
         await read_body(make_request({"content-length": "5"}, [b"abcde"]), 4, 5.0)
     with pytest.raises(PayloadTooLarge):  # a lying (or absent) content-length
         await read_body(make_request({}, [b"abc", b"de"]), 4, 5.0)
+
+
+@pytest.mark.parametrize(("ctype", "ok"), [
+    ("application/json", True), ("APPLICATION/JSON", True),
+    ("application/json; charset=utf-8", True), ("application/json;charset=latin-1", True),
+    ("text/plain", False), ("", False),
+    ("application/x-www-form-urlencoded", False), ("*/*", False)])
+def test_is_json_as_vllm_decides(ctype: str, ok: bool) -> None:
+    assert is_json(make_request({"content-type": ctype})) is ok
+
+
+def test_no_content_type_is_not_json() -> None:
+    assert not is_json(make_request({}))
