@@ -73,6 +73,10 @@ async def test_ttl(redis: Redis) -> None:
         assert await s.get_exact("a") is not None
         await asyncio.sleep(0.3)
         assert await s.get_exact("a") is None
+        await s.put(entry("b"))
+        assert await s.count() == 1  # "a" expired: not counted, and its id goes to the index
+        assert 1 in s.take_removed()
+        assert [await s._r.zcard(f"t:{z}") for z in ("lru", "born", "log")] == [1, 1, 1]
     finally:
         await s.aclose()
 

@@ -2,7 +2,9 @@
 
 Keys under `{prefix}:`: `seq` (id counter), `e:{id}` (entry JSON, no vector), `v:{id}`
 (partition + float32 vector), `x:{exact}` (id), all with the TTL; `log` (zset id->id, what
-replicas catch up on), `lru` (zset id->last use, the size bound), `ns:{namespace}` (set of ids),
+replicas catch up on), `lru` (zset id->last use, the size bound), `born` (zset id->write time:
+what the TTL has expired, dropped from the zsets before counting or bounding), `ns:{namespace}`
+(set of ids),
 `epoch` (changes when Redis lost its data or was flushed: replicas then rebuild their index).
 Each replica keeps its own FAISS index; `changes()` returns the entries logged since its cursor.
 Any connection error raises StoreUnavailable (the cache is bypassed) and the store stays "down"
@@ -130,7 +132,9 @@ class RedisStore:
             pipe.set(f"{p}v:{entry.id}", entry.partition.encode() + vector, px=px)
         pipe.set(p + "x:" + entry.exact, entry.id, px=px)
         pipe.zadd(p + "log", {str(entry.id): entry.id})
-        pipe.zadd(p + "lru", {str(entry.id): time.time()})
+        now = time.time()
+        pipe.zadd(p + "lru", {str(entry.id): now})
+        pipe.zadd(p + "born", {str(entry.id): now})
         pipe.sadd(p + "ns:" + entry.namespace, entry.id)
         await pipe.execute()
         entry.vector = vector
@@ -139,7 +143,17 @@ class RedisStore:
         await self._bound()
         return entry
 
+    async def _prune(self) -> None:
+        """Drop from the zsets the entries whose TTL has passed (Redis expired their keys)."""
+        if not self.ttl:
+            return
+        dead = await self._r.zrangebyscore(self._p + "born", "-inf", time.time() - self.ttl,
+                                           start=0, num=10_000)
+        if dead:
+            await self._delete([int(i) for i in dead])
+
     async def _bound(self) -> None:
+        await self._prune()
         extra = int(await self._r.zcard(self._p + "lru")) - self.max_entries
         if extra > 0:
             victims = [int(v) for v in await self._r.zrange(self._p + "lru", 0, extra - 1)]
@@ -156,6 +170,7 @@ class RedisStore:
             pipe.delete(f"{p}e:{i}", f"{p}v:{i}")
             pipe.zrem(p + "log", str(i))
             pipe.zrem(p + "lru", str(i))
+            pipe.zrem(p + "born", str(i))
             if raw:
                 entry = Entry.from_record(raw)
                 pipe.srem(p + "ns:" + entry.namespace, i)
@@ -205,7 +220,10 @@ class RedisStore:
         return await self._call(op)
 
     async def count(self) -> int:
-        return int(await self._call(lambda: self._r.zcard(self._p + "lru")))
+        async def op() -> int:
+            await self._prune()
+            return int(await self._r.zcard(self._p + "lru"))
+        return await self._call(op)
 
     async def ping(self) -> Any:
         return await self._call(self._r.ping)
@@ -218,7 +236,7 @@ class RedisStore:
 # an `x:` pointer written during the flush name another question's entry; not the shared
 # per-key limits, which live under the same prefix (`lim:`).
 _FLUSHED = (b"e:", b"v:", b"x:", b"ns:")
-_FLUSHED_KEYS = (b"log", b"lru", b"epoch")
+_FLUSHED_KEYS = (b"log", b"lru", b"born", b"epoch")
 
 # Delete x:{exact} only if it still points at this id (a newer entry may have replaced it).
 _DEL_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"
