@@ -79,6 +79,14 @@ class TooManyRequests(ProxyError):
     code = "too_many_requests"
 
 
+class ShuttingDown(ProxyError):
+    """Cut by the proxy's own shutdown: in flight past PROXY_SHUTDOWN_TIMEOUT."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "shutting_down"
+
+
 class UpstreamError(ProxyError):
     """Anything that went wrong talking to vLLM."""
 

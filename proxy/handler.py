@@ -33,10 +33,12 @@ from proxy.receive import (
     until_disconnect,
 )
 from proxy.relay import (
+    SHUTDOWN_CUT,
     SSE,
     Pump,
     RelayResponse,
     StreamOutcome,
+    cut_by_shutdown,
     error_response,
     followed,
     json_response,
@@ -118,6 +120,11 @@ class CompletionHandler:
         except ClientGone:
             trace.status = 499
             response = Response(status_code=499)
+        except asyncio.CancelledError as exc:  # uvicorn's grace period is over: say so
+            if not cut_by_shutdown(exc):
+                raise
+            trace.status = SHUTDOWN_CUT.status
+            response = error_response(SHUTDOWN_CUT, headers)
         except Exception:  # a bug: answered, logged with its request id, counted; never silent
             log.exception("unexpected error", extra={"fields": {
                 "msg": "unexpected error", "rid": trace.rid, "route": trace.route}})

@@ -4,6 +4,7 @@ JSON answers, and cached answers replayed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from proxy.errors import BadGateway, ProxyError
+from proxy.errors import BadGateway, ProxyError, ShuttingDown
 from proxy.openai import JSON, error_content
 from proxy.sse import DONE, Accumulator, event, reframe, replay_head
 from proxy.types import Kind, LiveStream
@@ -141,6 +142,22 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
     outcome.finished = True
 
 
+def cut_by_shutdown(exc: asyncio.CancelledError) -> bool:
+    """uvicorn cancels the requests still running when its graceful shutdown
+    (PROXY_SHUTDOWN_TIMEOUT) is over, with this message; other cancellations are not ours to
+    answer. When it is, the task's cancellation is taken back, so the answer can be sent."""
+    if not any("graceful shutdown" in str(arg) for arg in exc.args):
+        return False
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return True
+
+
+SHUTDOWN_CUT = ShuttingDown("the proxy is shutting down: this request was still running when "
+                            "its shutdown grace period (PROXY_SHUTDOWN_TIMEOUT) ended")
+
+
 class RelayResponse(StreamingResponse):
     """A stream whose on_close always runs once: finished, failed, or cut by the client
     (Starlette cancels the body iterator on disconnect, maybe before it ever started)."""
@@ -167,6 +184,13 @@ class RelayResponse(StreamingResponse):
         except TimeoutError:
             if self._on_send_timeout is not None:
                 self._on_send_timeout()
+        except asyncio.CancelledError as exc:
+            if not cut_by_shutdown(exc):
+                raise
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                # the headers are out: say why in the stream, then end it (no [DONE])
+                await send({"type": "http.response.body", "more_body": False,
+                            "body": b"data: " + error_content(SHUTDOWN_CUT) + b"\n\n"})
         finally:
             with anyio.CancelScope(shield=True):
                 aclose = getattr(self.body_iterator, "aclose", None)

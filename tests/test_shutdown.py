@@ -4,6 +4,7 @@ cut when it ends (bounded), and the process still exits."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ CHAT = "/v1/chat/completions"
 # uvicorn re-raises the signal it caught once its graceful shutdown is done, so a clean exit
 # after SIGTERM reads as "terminated by SIGTERM" (143 in a shell), or 0 on older uvicorns.
 CLEAN = (0, -signal.SIGTERM)
+GRACE = 5  # PROXY_SHUTDOWN_TIMEOUT, seconds
 
 
 def spawn(args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
@@ -50,7 +52,8 @@ def proxy(mock: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     proc = spawn(["-m", "proxy", "serve"], {
         "PROXY_UPSTREAM": mock, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
-        "PROXY_TOKENIZER": str(ensure_tiny_model()), "PROXY_MAX_OUTPUT_TOKENS": "4000"},
+        "PROXY_TOKENIZER": str(ensure_tiny_model()), "PROXY_MAX_OUTPUT_TOKENS": "4000",
+        "PROXY_SHUTDOWN_TIMEOUT": str(GRACE)},
         "proxy-shutdown")
     url = f"http://127.0.0.1:{port}"
     try:
@@ -62,9 +65,10 @@ def proxy(mock: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             proc.wait()
 
 
-def stream_in_thread(url: str, tokens: int, out: dict[str, object]) -> threading.Thread:
+def stream_in_thread(url: str, tokens: int, out: dict[str, object],
+                     stream: bool = True) -> threading.Thread:
     def run() -> None:
-        body = {"model": "mock", "stream": True, "max_tokens": tokens,
+        body = {"model": "mock", "stream": stream, "max_tokens": tokens,
                 "messages": [{"role": "user", "content": "shutdown"}]}
         try:
             with httpx.Client(timeout=60) as c, c.stream("POST", url + CHAT, json=body) as r:
@@ -102,7 +106,23 @@ def test_shutdown_is_bounded_when_a_stream_outlasts_the_grace_period(proxy):
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(40)
-    assert time.monotonic() - started < 30  # uvicorn's grace period is 10 s
+    assert time.monotonic() - started < GRACE + 10
     assert code in (*CLEAN, 1), code
     t.join(10)
-    assert not str(out.get("text", "")).endswith("data: [DONE]\n\n")  # cut, the client sees it
+    text = str(out.get("text", ""))
+    assert not text.endswith("data: [DONE]\n\n")  # cut, and the client is told why:
+    last = json.loads(text.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert last["error"]["code"] == "shutting_down", text[-300:]
+
+
+def test_a_json_request_cut_at_shutdown_is_an_openai_503(proxy):
+    url, proc = proxy
+    out: dict[str, object] = {}
+    t = stream_in_thread(url, 3000, out, stream=False)  # answered after ~300 s
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(40) in (*CLEAN, 1)
+    t.join(10)
+    assert out.get("status") == 503, out  # not uvicorn's plain-text 500
+    err = json.loads(str(out["text"]))["error"]
+    assert err["code"] == "shutting_down" and "PROXY_SHUTDOWN_TIMEOUT" in err["message"]
