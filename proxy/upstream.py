@@ -71,8 +71,6 @@ class Upstream:
         while (choice := self.balancer.choose(key, tried)) is not None:
             backend = choice.backend
             tried += (backend,)
-            if route is not None:
-                self._count(choice)
             backend.inflight += 1
             try:
                 reply = await self.transport.request(method, backend.url + path, content,
@@ -90,6 +88,8 @@ class Upstream:
                 backend.inflight -= 1
                 raise
             stream = UpstreamStream(backend, reply)
+            if route is not None:  # it reached this replica (a refused connect did not)
+                self._count(choice)
             if reply.status < 400:
                 self.balancer.mark_up(backend)
                 return stream

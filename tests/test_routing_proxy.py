@@ -123,3 +123,22 @@ async def test_an_error_says_which_replica_gave_it():
         r = await c.post("/v1/chat/completions", json=chat(1, 1))
     assert r.status_code == 422 and r.headers["X-Upstream"] in (A, B)
     assert r.headers["X-Upstream"] == fake.completions()[0].url.split("/v1/")[0]
+
+
+async def test_a_refused_connect_is_not_counted_as_routed_there():
+    # found by a review: proxy_routed_requests_total counted the replica that refused the
+    # connection as well as the one that served the request
+    fake = FakeVllm()
+    async with proxy_client(settings(routing="prefix"), transport=fake.transport,
+                            counter=WordEncoder()) as c:
+        for t in range(6):  # each tenant's prefix now lives on one replica, A or B
+            assert (await c.post("/v1/chat/completions", json=chat(t, 0))).status_code == 200
+        fake.connect_error.add(A)  # A goes away: its tenants' next requests are refused there
+        for t in range(6):
+            assert (await c.post("/v1/chat/completions", json=chat(t, 1))).status_code == 200
+        metrics = (await c.get("/metrics")).text
+    served = {u: sum(r.url.startswith(u) for r in fake.completions()) for u in (A, B)}
+    routed = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+              if line.startswith("proxy_routed_requests_total{")}
+    assert served[A] > 0, served  # the test means something only if A served some before
+    assert routed == {A: served[A], B: served[B]}, (routed, served)
