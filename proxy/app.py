@@ -105,7 +105,8 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                 gc.collect()
                 gc.freeze()
             tasks = [asyncio.create_task(work)
-                     for work in background(settings, balancer, upstream.transport, metrics)]
+                     for work in background(settings, balancer, upstream.transport, metrics,
+                                             upstream.probe)]
             try:
                 yield {"guard": guard}
             finally:

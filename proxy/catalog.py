@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import BadGateway, ModelNotFound, ProxyError
-from proxy.upstream import Upstream
+from proxy.upstream import METADATA_WAIT, Upstream
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,8 @@ class Catalog:
 
     async def refresh(self) -> dict[str, ModelInfo]:
         self._last = time.monotonic()
-        self.models = parse_models(await self.upstream.fetch("GET", "/v1/models"))
+        answer = await self.upstream.fetch("GET", "/v1/models", wait=METADATA_WAIT)
+        self.models = parse_models(answer)
         if self.on_models is not None:
             await self.on_models(self.models)
         return self.models

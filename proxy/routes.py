@@ -19,6 +19,7 @@ from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
 from proxy.handler import CompletionHandler, Deps
 from proxy.receive import request_id
 from proxy.relay import error_response, json_response
+from proxy.upstream import METADATA_WAIT
 
 log = logging.getLogger("proxy.routes")
 
@@ -42,7 +43,8 @@ async def models(request: Request) -> Response:
     d = _deps(request)
     try:
         d.keys.tenant(request)
-        response = json_response(await d.upstream.fetch("GET", "/v1/models"))
+        response = json_response(await d.upstream.fetch("GET", "/v1/models",
+                                                         wait=METADATA_WAIT))
     except ProxyError as err:
         response = error_response(err)
     d.metrics.requests.labels("/v1/models", str(response.status_code)).inc()

@@ -50,6 +50,7 @@ class Settings:
     connect_timeout: float = 5.0
     read_timeout: float = 600.0  # between two chunks from vLLM
     upstream_backoff: float = 5.0  # seconds an upstream stays marked down after a connect error
+    health_interval: float = 2.0  # seconds between /health probes of each of several upstreams
     upstream_header: bool = False  # answer with X-Upstream: the replica that served
     # Routing over several upstreams (proxy/routing/, docs/routing.md).
     routing: str = "least-loaded"  # least-loaded | prefix | session | kv-events
@@ -164,6 +165,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "connect_timeout": ("PROXY_CONNECT_TIMEOUT", _float, "upstream connect timeout (s)"),
     "read_timeout": ("PROXY_READ_TIMEOUT", _float, "upstream read timeout (s)"),
     "upstream_backoff": ("PROXY_UPSTREAM_BACKOFF", _float, "seconds a failed upstream rests"),
+    "health_interval": ("PROXY_HEALTH_INTERVAL", _float,
+                        "seconds between /health probes of each of several upstreams (0: off)"),
     "upstream_header": ("PROXY_UPSTREAM_HEADER", _onoff,
                         "answer with X-Upstream (the replica that served): on | off"),
     "routing": ("PROXY_ROUTING", _str, "least-loaded | prefix | session | kv-events"),
@@ -244,6 +247,7 @@ def _validate(s: Settings) -> None:
          "PROXY_MAX_MESSAGES and PROXY_MAX_PROMPTS must be positive"),
         (s.connect_timeout > 0 and s.read_timeout > 0, "timeouts must be positive"),
         (s.upstream_backoff >= 0, "PROXY_UPSTREAM_BACKOFF must be >= 0"),
+        (s.health_interval >= 0, "PROXY_HEALTH_INTERVAL must be >= 0"),
         (s.routing in ROUTING_POLICIES, "PROXY_ROUTING: " + " | ".join(ROUTING_POLICIES)),
         (s.routing_block_size > 0 and s.routing_index_blocks > 0,
          "PROXY_ROUTING_BLOCK_SIZE and PROXY_ROUTING_INDEX_BLOCKS must be positive"),

@@ -54,6 +54,9 @@ class UpstreamStream:
             self.reply.close()
 
 
+METADATA_WAIT = 10.0  # seconds for /v1/models: a hung replica must not block start-up or clients
+
+
 class Upstream:
     def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics) -> None:
         self.transport = transport
@@ -62,9 +65,10 @@ class Upstream:
 
     async def open(self, method: str, path: str, content: bytes | None = None,
                    headers: Mapping[str, str] | None = None,
-                   route: RouteRequest | None = None) -> UpstreamStream:
+                   route: RouteRequest | None = None, wait: float | None = None) -> UpstreamStream:
         """Send where the routing policy says; on a connect error try the next one. Error
-        statuses from vLLM raise UpstreamHTTPError with vLLM's own body."""
+        statuses from vLLM raise UpstreamHTTPError with vLLM's own body. `wait` bounds a
+        metadata call (METADATA_WAIT): past it the replica is marked down and the next tried."""
         key = await self.balancer.policy.key(route) if route is not None else None
         tried: tuple[Backend, ...] = ()
         last: UpstreamError = UpstreamUnavailable("no upstream is configured")
@@ -74,12 +78,12 @@ class Upstream:
             backend.inflight += 1
             try:
                 reply = await self.transport.request(method, backend.url + path, content,
-                                                     headers or {})
+                                                     headers or {}, wait=wait)
             except UpstreamError as exc:
                 backend.inflight -= 1
                 last, exc.upstream = exc, backend.url
                 self.metrics.upstream_errors.labels(backend.url, type(exc).__name__).inc()
-                if isinstance(exc, UpstreamUnavailable | BadGateway):
+                if isinstance(exc, UpstreamUnavailable | BadGateway) or wait is not None:
                     # refused, or dropped before any answer: down for the back-off, next one
                     self.balancer.mark_down(backend, str(exc))
                     continue
@@ -128,9 +132,9 @@ class Upstream:
         return UpstreamHTTPError(stream.status, content)
 
     async def fetch(self, method: str, path: str, content: bytes | None = None,
-                    headers: Mapping[str, str] | None = None) -> bytes:
+                    headers: Mapping[str, str] | None = None, wait: float | None = None) -> bytes:
         """A whole (non-streaming) answer; cancelling the caller cancels the upstream request."""
-        return await self.read(await self.open(method, path, content, headers))
+        return await self.read(await self.open(method, path, content, headers, wait=wait))
 
     async def read(self, stream: UpstreamStream) -> bytes:
         """The whole body of an opened answer, then the stream closed."""

@@ -1,13 +1,16 @@
 """PROXY_ROUTING -> the policy object, and the background work it needs (built in the app's
-lifespan: vLLM /metrics polls; vLLM KV-event subscriptions for kv-events)."""
+lifespan: /health probes of several replicas; vLLM /metrics polls; vLLM KV-event subscriptions
+for kv-events)."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from proxy.balancer import Balancer
 from proxy.metrics import Metrics
+from proxy.routing.backend import Backend
+from proxy.routing.health import watch
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.load import LoadGuard
 from proxy.routing.poller import LoadPoller
@@ -33,10 +36,14 @@ def make_policy(settings: Settings) -> Policy:
 
 
 def background(settings: Settings, balancer: Balancer, transport: Transport,
-               metrics: Metrics) -> list[Coroutine[Any, Any, None]]:
-    """What runs beside the requests: vLLM's /metrics polled for the policies that weigh
-    affinity against load; one KV-event subscription per replica for kv-events."""
+               metrics: Metrics, probe: Callable[[Backend, float], Awaitable[bool]],
+               ) -> list[Coroutine[Any, Any, None]]:
+    """What runs beside the requests: with several replicas, their /health probed; vLLM's
+    /metrics polled for the policies that weigh affinity against load; one KV-event
+    subscription per replica for kv-events."""
     work: list[Coroutine[Any, Any, None]] = []
+    if len(settings.upstreams) > 1 and settings.health_interval > 0:
+        work.append(watch(balancer.backends, probe, settings.health_interval))
     if (settings.routing != "least-loaded" and len(settings.upstreams) > 1
             and settings.routing_poll_interval > 0):
         work.append(LoadPoller(transport, balancer, metrics, settings.routing_poll_interval).run())

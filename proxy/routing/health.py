@@ -1,0 +1,21 @@
+"""With several replicas, each one's /health probed every PROXY_HEALTH_INTERVAL seconds. A replica
+that still accepts connections but no longer answers (a hung API server), or whose engine died
+(vLLM's /health fails), is marked down within one round instead of holding every request sent to
+it until the read timeout (600 s); one that answers again is marked up. The probe is
+Upstream.probe: at most PROBE_WAIT seconds, and it marks the replica itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from proxy.routing.backend import Backend
+
+PROBE_WAIT = 2.0  # seconds a replica has to answer /health
+
+
+async def watch(backends: Sequence[Backend], probe: Callable[[Backend, float], Awaitable[bool]],
+                interval: float) -> None:
+    while True:
+        await asyncio.gather(*(probe(b, min(PROBE_WAIT, interval)) for b in backends))
+        await asyncio.sleep(interval)
