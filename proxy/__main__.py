@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from proxy.app import create_app
-    from proxy.guard import raise_file_limit
+    from proxy.guard import UVICORN_OPTIONS, raise_file_limit
     from proxy.logs import setup_logging
 
     setup_logging(settings.log_level)
@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
                                   if settings.connection_guard else "httptools", log_config=None,
                                   access_log=False, lifespan="on",
                                   timeout_graceful_shutdown=settings.shutdown_timeout,
-                                  timeout_keep_alive=settings.keepalive_timeout)
+                                  timeout_keep_alive=settings.keepalive_timeout,
+                                  **UVICORN_OPTIONS)
     if settings.workers == 1:
         uvicorn.run(create_app(settings, freeze_gc=True), **common)
         return 0

@@ -21,6 +21,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 log = logging.getLogger("proxy.guard")
 LOG_EVERY = 10.0
 HEADROOM = 1024  # descriptors kept for upstream connections, files, the listener
+# The proxy serves no WebSocket. With uvicorn's default (ws "auto", and `websockets` installed)
+# an upgrade request handed the connection to another protocol, so the guard's count never
+# came back down: 20 upgrades locked out every client at PROXY_MAX_CONNECTIONS=20 (found by a
+# review). With "none" an upgrade is answered as plain HTTP on the guarded connection.
+UVICORN_OPTIONS = {"ws": "none"}
 
 
 def raise_file_limit() -> int:

@@ -113,3 +113,22 @@ def _refused(proxy: Served, why: str) -> float:
         if line.startswith(f'proxy_connections_refused_total{{reason="{why}"}}'):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+UPGRADE = (b"GET /health HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+
+
+def test_websocket_upgrades_give_their_connection_back() -> None:
+    # found by a review: with uvicorn's ws "auto" each upgrade left the count one higher, so
+    # PROXY_MAX_CONNECTIONS upgrades locked out every client for good (with ws="auto" here the
+    # sixth upgrade is refused: connection reset)
+    with mock_upstream() as mock, served_proxy(Settings(
+            upstreams=(mock.url,), cache="off", max_connections=5, header_timeout=30.0),
+            http=GUARDED) as proxy:
+        for _ in range(12):
+            s = connect(proxy, UPGRADE)
+            s.recv(4096)
+            s.close()
+        wait_for(lambda: _open(proxy) == 1, "all released (the scrape is the one open)")
+        assert httpx.get(proxy.url + "/health", timeout=10).status_code == 200

@@ -20,6 +20,7 @@ import uvicorn
 from deploy.net import free_port, wait_http
 from loadtest.mock import MockServer, start
 from proxy.app import create_app
+from proxy.guard import UVICORN_OPTIONS
 from proxy.settings import Settings
 from tests.support.procs import REPO
 
@@ -148,7 +149,7 @@ def served_proxy(settings: Settings, **uv: Any) -> Iterator[Served]:
     s = Settings(**{**fields, "port": port})
     config = uvicorn.Config(create_app(s), host="127.0.0.1", port=port, loop="none",
                             log_config=None, access_log=False, lifespan="on",
-                            **{"http": "httptools", **uv})
+                            **{"http": "httptools", **UVICORN_OPTIONS, **uv})
     server = uvicorn.Server(config)
     lt = LoopThread("proxy")
     fut = asyncio.run_coroutine_threadsafe(server.serve(), lt.loop)
