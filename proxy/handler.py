@@ -183,10 +183,12 @@ class CompletionHandler:
             if s.cache_hedge else None
         cache_control = request.headers.get("cache-control", "").lower()
         try:
-            result = await d.cache.lookup(CacheRequest(
+            # an identical request's wait for the one in flight can be long: a client that
+            # leaves meanwhile frees its slot and key lease now (found by a review)
+            result = await until_disconnect(request, d.cache.lookup(CacheRequest(
                 kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control,
                 hedge, policy.exact_only(kind, tenant, request.headers.get(policy.SEMANTIC_HEADER),
-                                         s.cache_exact_only)))
+                                         s.cache_exact_only))))
         except BaseException:
             if hedge is not None:
                 await hedge.cancel()
@@ -210,7 +212,14 @@ class CompletionHandler:
         trace.tokens_out = 0
         events: AsyncIterator[bytes]
         if result.live is not None:  # an identical stream in flight (only streams follow one)
-            events = followed(kind, result.live, usage)
+            live = result.live
+            events = followed(kind, live, usage)
+
+            async def leave() -> None:
+                live.leave()
+
+            return RelayResponse(events, self._closer(trace, leave), headers=_sse(headers),
+                                 **self._send_limits())
         elif not stream:
             assert result.answer is not None
             return json_response(orjson.dumps(result.answer), headers=headers)
@@ -305,6 +314,7 @@ class CompletionHandler:
             if pump is not None and not pump.task.done():
                 if shared is not None and shared.followers:  # the client left; others follow
                     d.metrics.flight_handovers.inc()
+                    shared.when_empty(pump.task.cancel)  # until they leave too
                     self._background(pump.task, settle)
                     return
                 await pump.stop()

@@ -32,6 +32,8 @@ class Shared(Protocol):
 
     def wake(self) -> None: ...  # after each new event
 
+    def when_empty(self, fn: Callable[[], object]) -> None: ...  # the last follower left
+
 
 class LiveStream(Protocol):
     """A miss's upstream stream in flight that identical streaming requests follow
@@ -40,6 +42,8 @@ class LiveStream(Protocol):
     def state(self) -> str: ...  # live | done | failed
 
     def follow(self) -> AsyncIterator[bytes]: ...
+
+    def leave(self) -> None: ...  # this follower's response ended
 
 
 # A stored stream's chunks as one JSON array, kept as bytes: thousands of answers of hundreds

@@ -415,3 +415,78 @@ async def test_shutdown_waits_for_handed_over_streams_at_most_the_drain_timeout(
     await asyncio.wait_for(handler.drain(), timeout=5)  # returns: PROXY_DRAIN_TIMEOUT passed
     assert not stuck.done()
     stuck.cancel()
+
+
+def _gauge(metrics: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith(name + " "))
+
+
+@pytest.mark.parametrize("leader_first", [True, False])
+async def test_when_every_client_has_left_the_upstream_stream_is_stopped(
+        leader_first: bool) -> None:
+    # found by a review: followers were counted in but never out, so a leader whose
+    # followers had all left handed its stream over to nobody, and it ran to max_tokens
+    # holding an admission slot; a handed-over stream ran on after its followers left too
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        lead_cm = client.stream("POST", "/v1/chat/completions", json=body("Nobody left"))
+        lead = await lead_cm.__aenter__()
+        lead_first = asyncio.Event()
+        leading = asyncio.create_task(lines(lead, [], lead_first))
+        await lead_first.wait()
+        follow_cm = client.stream("POST", "/v1/chat/completions", json=body("Nobody left"))
+        follow = await follow_cm.__aenter__()
+        assert follow.headers["x-cache-tier"] == "flight"
+        follow_first = asyncio.Event()
+        following = asyncio.create_task(lines(follow, [], follow_first))
+        await follow_first.wait()
+        order = [(leading, lead_cm), (following, follow_cm)]
+        for task, cm in order if leader_first else order[::-1]:
+            task.cancel()
+            await cm.__aexit__(None, None, None)
+        async with asyncio.timeout(20):  # the upstream stream is let go, paused as it is
+            while _gauge(metrics := (await client.get("/metrics")).text,  # noqa: ASYNC110
+                         "proxy_inflight_requests") > 0:
+                await asyncio.sleep(0.01)
+        resume.set()  # (so that nothing is left waiting on it)
+    handovers = _gauge(metrics, "proxy_flight_handovers_total")
+    assert handovers == (1.0 if leader_first else 0.0)  # none to a follower already gone
+
+
+async def test_a_twin_that_leaves_while_waiting_frees_its_key_lease_at_once() -> None:
+    # found by a review: a non-streaming twin waiting for the identical request in flight
+    # (up to wait_s, 120 s) kept its key's concurrent lease after its client had gone
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(3, resume))
+    auth = {"Authorization": "Bearer sk-a"}
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact", api_keys=("sk-a",),
+                                  key_limits='{"sk-a": {"concurrent": 2}}')) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30, headers=auth) as client:
+        lead_cm = client.stream("POST", "/v1/chat/completions", json=body("Wait for me"))
+        lead = await lead_cm.__aenter__()
+        lead_first = asyncio.Event()
+        leading = asyncio.create_task(lines(lead, [], lead_first))
+        await lead_first.wait()
+        twin = asyncio.create_task(client.post("/v1/chat/completions", json={
+            **body("Wait for me"), "stream": False}))
+        async with asyncio.timeout(20):
+            while 'proxy_cache_single_flight_waits_total 1.0' not in (  # noqa: ASYNC110
+                    await client.get("/metrics")).text:
+                await asyncio.sleep(0.01)
+        twin.cancel()  # the twin's client leaves while it waits
+        async with asyncio.timeout(20):
+            while True:  # a third request of the key is admitted (2 concurrent: the leader's
+                other = await client.post("/v1/chat/completions", json={  # and this one)
+                    **body("Something else"), "stream": False, "max_tokens": 1})
+                if other.status_code != 429:
+                    break
+                await asyncio.sleep(0.05)
+        assert other.status_code == 200, other.text
+        resume.set()
+        await leading
+        await lead_cm.__aexit__(None, None, None)

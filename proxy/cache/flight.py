@@ -22,7 +22,7 @@ already on it go on: they hold only an index into the list the leader keeps anyw
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Literal
 
 State = Literal["live", "done", "failed"]
@@ -32,11 +32,23 @@ class Flight:
     def __init__(self, max_bytes: int = 1 << 20) -> None:
         self.events: list[bytes] = []  # the leader's Accumulator.raw: one JSON payload an event
         self.state: State = "live"
-        self.followers = 0  # counted when they join (lookup): the leader's close reads it
+        self.followers = 0  # counted when they join (lookup), out when they leave (leave)
         self.max_bytes = max_bytes
         self.size = 0  # bytes of the events counted so far
         self._counted = 0
         self._changed = asyncio.Event()
+        self._on_empty: Callable[[], object] | None = None
+
+    def leave(self) -> None:
+        """A follower's response ended (finished, failed or its client gone). The last one out
+        calls what the leader left (when_empty): with no client left, nobody waits for the
+        upstream stream, so it is stopped rather than run to max_tokens (found by a review)."""
+        self.followers = max(0, self.followers - 1)
+        if self.followers == 0 and self._on_empty is not None:
+            self._on_empty()
+
+    def when_empty(self, fn: Callable[[], object]) -> None:
+        self._on_empty = fn
 
     def attach(self, events: list[bytes]) -> None:
         """The leader's accumulation list (appended to as its relay passes events on)."""

@@ -134,15 +134,16 @@ class SemanticCache:
         if streams and self.cfg.flight_max_bytes > 0:
             self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
         own = Ticket(keys, req.kind, None, flight)
-        try:
+        try:  # the client may leave (cancelled): the flight must not stay registered
             hit, own.vector = await self._find(keys, hook, req.exact_only)
+            claimed = hit is None and await self.claims.claim(flight)
         except BaseException:
             self._release(own, False)
             raise
         if hit is not None:
             self._release(own, True)
             return hit
-        if await self.claims.claim(flight):
+        if claimed:
             return CacheResult(status="miss", ticket=own)
         self._release(own, True)  # another replica leads it: local twins look again too
         if hedged:  # this one's upstream call is under way already: keep it
