@@ -268,7 +268,7 @@ class CompletionHandler:
             headers["X-Upstream"] = trace.upstream
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if isinstance(usage, dict):
-            trace.tokens_out = usage.get("completion_tokens")
+            trace.tokens_out = _token_count(usage.get("completion_tokens"))
         task = None
         if ticket is not None:
             task = BackgroundTask(self._store, ticket, Completion(body=answer))
@@ -308,7 +308,9 @@ class CompletionHandler:
             if outcome.first_byte is not None:
                 d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
             if outcome.usage:
-                trace.tokens_out = outcome.usage.get("completion_tokens")
+                trace.tokens_out = _token_count(outcome.usage.get("completion_tokens"))
+            if trace.tokens_out is None:  # cut before the usage chunk: charge what was relayed
+                trace.tokens_out = outcome.events  # (a key's tpm was bypassed by leaving early)
             if not outcome.finished:
                 trace.status = 499 if outcome.error is None else outcome.error
             if pump is not None and not pump.task.done():
@@ -379,6 +381,12 @@ class CompletionHandler:
         if trace.prompt is not None:
             fields["prompt"] = trace.prompt
         access(fields)
+
+
+def _token_count(value: object) -> int | None:
+    """A usage count as vLLM sends it; anything else (negative, a float, a string) is none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
 
 
 def _json_answer(content: bytes) -> Any:

@@ -34,6 +34,7 @@ class StreamOutcome:
     usage: dict[str, Any] | None = None
     finished: bool = False  # the upstream stream ended normally
     error: int | None = None  # the status of an upstream failure mid-stream
+    events: int = 0  # data events relayed: what a stream cut before its usage chunk is charged
 
 
 def json_response(content: bytes, status: int = 200,
@@ -78,7 +79,7 @@ def _process(events: bytes, outcome: StreamOutcome, acc: Accumulator | None,
                 kept.append(ev)
                 continue
             obj = orjson.loads(ev[6:])
-            if isinstance(obj, dict) and obj.get("usage"):
+            if isinstance(obj, dict) and obj.get("usage") and isinstance(obj["usage"], dict):
                 outcome.usage = obj["usage"]
                 if drop_usage and not obj.get("choices"):
                     kept += _stamped(held, obj.get("system_fingerprint"))
@@ -125,7 +126,11 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                     held.clear()
             if chunk:
                 last = chunk
+                outcome.events += chunk.count(b"data: {")
                 yield chunk
+                if _DONE in chunk:  # the end: an upstream that keeps the connection open
+                    buf = b""       # after [DONE] must not hold the client until read timeout
+                    break
         if _DONE not in last and _DONE not in buf:
             # a clean end without [DONE]: the upstream cut the answer (found by a review:
             # such streams reached clients as complete, status 200)
