@@ -2,7 +2,9 @@
 
 A request weighs as many slots as it carries prompts (a batch of 8 prompts is 8 sequences for
 vLLM). With API keys, no key holds more than its share of the slots (PROXY_TENANT_SHARE): a key
-over its share waits while other keys' requests go past it in the queue."""
+over its share waits while other keys' requests go past it in the queue; and no key fills more
+than the same share of the queue (one key's queued requests refused every other key's at once,
+found by a review)."""
 
 from __future__ import annotations
 
@@ -33,15 +35,18 @@ class Admission:
         self.timeout = timeout
         self.metrics = metrics
         self.cap = max(1, math.floor(limit * tenant_share))  # slots one tenant may hold
+        self.wait_cap = max(1, math.floor(max_waiting * tenant_share))  # and queue places
         self.inflight = 0
         self.held: dict[str, int] = {}
+        self.queued: dict[str, int] = {}
         self._queue: deque[_Waiter] = deque()
         self.retry_after = str(max(1, math.ceil(timeout)))
 
     def _refuse(self, why: str) -> TooManyRequests:
         self.metrics.rejected.inc()
-        return TooManyRequests(f"the proxy is at capacity ({self.limit} requests in flight, "
-                               f"{why}); retry later", headers={"Retry-After": self.retry_after})
+        return TooManyRequests(f"the proxy is at capacity ({self.inflight} of {self.limit} slots "
+                               f"in use, {why}); retry later",
+                               headers={"Retry-After": self.retry_after})
 
     def weight(self, n: int) -> int:
         """The slots a request of n prompts takes: at least 1, at most one tenant's share."""
@@ -65,8 +70,12 @@ class Admission:
             return
         if len(self._queue) >= self.max_waiting:
             raise self._refuse(f"{len(self._queue)} waiting")
+        mine = self.queued.get(tenant, 0)
+        if mine >= self.wait_cap:
+            raise self._refuse(f"this key has {mine} requests waiting, its share of the queue")
         waiter = _Waiter(tenant, weight)
         self._queue.append(waiter)
+        self.queued[tenant] = mine + 1
         self.metrics.waiting.inc()
         try:
             async with asyncio.timeout(self.timeout):
@@ -84,6 +93,11 @@ class Admission:
             raise
         finally:
             self.metrics.waiting.dec()
+            left = self.queued[tenant] - 1
+            if left:
+                self.queued[tenant] = left
+            else:
+                del self.queued[tenant]
 
     def release(self, tenant: str = "", weight: int = 1) -> None:
         weight = self.weight(weight)

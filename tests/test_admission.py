@@ -106,3 +106,35 @@ async def test_a_cancelled_waiter_leaves_no_slot_behind():
     assert adm.inflight == 0 and adm.held == {}
     await adm.acquire()
     assert adm.inflight == 1
+
+
+async def test_one_key_fills_no_more_than_its_share_of_the_queue():
+    # found by a review: a key at its share could queue max_waiting requests, and every other
+    # key was then refused at once, holding no slot at all
+    adm = Admission(limit=4, max_waiting=8, timeout=30, metrics=Metrics(), tenant_share=0.5)
+    for _ in range(2):
+        await adm.acquire("b")
+    for _ in range(2):
+        await adm.acquire("c")
+    queued = [asyncio.ensure_future(adm.acquire("b")) for _ in range(4)]  # b's 4 of 8
+    for q in queued:
+        assert await _pending(q)
+    with pytest.raises(TooManyRequests, match="this key has 4 requests waiting"):
+        await adm.acquire("b")
+    a = asyncio.ensure_future(adm.acquire("a"))  # a holds nothing: it may wait
+    assert await _pending(a)
+    adm.release("c")
+    await a
+    assert adm.held["a"] == 1
+    for q in queued:
+        q.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    assert adm.queued == {}
+
+
+async def test_the_refusal_says_how_many_slots_are_in_use():
+    adm = Admission(limit=4, max_waiting=0, timeout=30, metrics=Metrics(), tenant_share=0.5)
+    await adm.acquire("b")
+    await adm.acquire("b")
+    with pytest.raises(TooManyRequests, match=r"2 of 4 slots in use"):
+        await adm.acquire("b")
