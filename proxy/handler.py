@@ -297,12 +297,23 @@ class CompletionHandler:
             acc.on_add = shared.wake
             pump = Pump(relayed)  # the upstream read outlives this client if others follow
 
+        settled = False
+
         async def settle() -> None:
-            """After the upstream stream ended (or was given up): free it, store or abandon."""
+            """After the upstream stream ended (or was given up): free it, store or abandon.
+            Once: when the pump's read ends, or at the leader's close, whichever is first."""
+            nonlocal settled
+            if settled:
+                return
+            settled = True
             await self._close(upstream, trace)
             if ticket is not None:
                 done = acc.completion() if acc is not None and outcome.finished else None
                 await (self._store(ticket, done) if done else d.cache.abandon(ticket))
+
+        if pump is not None:  # settled as soon as the read ends: followers get their end
+            self._background(pump.task, settle)  # then, not when a slow leader's client has
+            # read it all (found by a review: 28 s later)
 
         async def close() -> None:
             if outcome.first_byte is not None:
@@ -317,8 +328,7 @@ class CompletionHandler:
                 if shared is not None and shared.followers:  # the client left; others follow
                     d.metrics.flight_handovers.inc()
                     shared.when_empty(pump.task.cancel)  # until they leave too
-                    self._background(pump.task, settle)
-                    return
+                    return  # settled when the read ends (above)
                 await pump.stop()
             await settle()
 

@@ -490,3 +490,49 @@ async def test_a_twin_that_leaves_while_waiting_frees_its_key_lease_at_once() ->
         resume.set()
         await leading
         await lead_cm.__aexit__(None, None, None)
+
+
+async def test_a_leader_whose_client_does_not_read_does_not_hold_its_followers() -> None:
+    # found by a review: followers got their end only when the slow leader's own response
+    # closed (28 s later, at its send timeout), though the upstream had long finished
+    from tests.support.proxy_app import proxy_client
+
+    resume = asyncio.Event()
+    fake = FakeVllm(pause=(2, resume))  # the role chunk and w0, then the rest on resume
+    stuck = asyncio.Event()
+    raw = json.dumps(body("Slow reader")).encode()
+
+    async def receive() -> dict[str, Any]:
+        if raw_sent.is_set():
+            await asyncio.Event().wait()  # never disconnects
+        raw_sent.set()
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            stuck.set()
+            await asyncio.Event().wait()  # the leader's client reads one piece, then stops
+
+    raw_sent = asyncio.Event()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
+             "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"host", b"proxy")],
+             "client": ("127.0.0.1", 1), "server": ("proxy", 80)}
+    async with proxy_client(Settings(upstreams=("http://vllm:8000",), cache="exact",
+                                     send_timeout=60.0), transport=fake.transport) as c:
+        leader = asyncio.create_task(c.app(scope, receive, send))  # type: ignore[attr-defined]
+        await stuck.wait()
+        follow = asyncio.create_task(c.post("/v1/chat/completions", json=body("Slow reader")))
+        async with asyncio.timeout(10):
+            while "proxy_cache_single_flight_streams_total 1.0" not in (  # noqa: ASYNC110
+                    await c.get("/metrics")).text:
+                await asyncio.sleep(0.01)
+        resume.set()
+        async with asyncio.timeout(10):  # not the leader's 60 s send timeout
+            r = await follow
+        leader.cancel()
+        await asyncio.gather(leader, return_exceptions=True)
+    assert r.headers["x-cache-tier"] == "flight"
+    text, end = content([x for x in r.text.split("\n") if x.startswith("data: ")])
+    assert (text, end) == (" w0 w1 w2 w3 w4 w5 w6 w7", "[DONE]")
