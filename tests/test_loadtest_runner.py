@@ -63,10 +63,12 @@ def test_ctrl_c_saves_what_finished_and_exits_130(tmp_path):
     with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
         out = tmp_path / "r.json"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "30",
+            [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
              "--request-rate", "20", "--no-scrape", "--json", str(out), *QUIET],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30  # Ctrl-C once the mock has answered 25 requests
+        # Ctrl-C once the mock has answered 25 requests (the run lasts far longer than the
+        # wait: under a full test suite it once ended by itself first, exit 0)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and served(url) < 25:
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
