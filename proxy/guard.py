@@ -160,7 +160,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def _too_slow(self) -> None:
         self._deadline = None
         self.guard.timed_out(self._ip)
-        self.transport.close()
+        # abort, not close: close() waits to flush what is buffered, which a client that
+        # never reads would hold off for good (reported by a review; not reproduced by a test
+        # here: a large JSON answer to a never-reading client does not reach this deadline)
+        self.transport.abort()
 
     def on_headers_complete(self) -> None:
         if self._guard is not None:
@@ -168,7 +171,8 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # the next request's headers are in already
         super().on_response_complete()
-        if self._guard is not None and not self.transport.is_closing():
+        if self._guard is not None and not self.transport.is_closing() and not pipelined:
             self._arm()  # the next request's headers (and the idle time before) have a deadline
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 
 from proxy.guard import HEADROOM, Guard, connection_cap
 from proxy.settings import Settings
+from tests.support.procs import ensure_tiny_model
 from tests.support.reliability import Served, mock_upstream, served_proxy, wait_for
 
 GUARDED = "proxy.guard:GuardedProtocol"
@@ -132,3 +134,31 @@ def test_websocket_upgrades_give_their_connection_back() -> None:
             s.close()
         wait_for(lambda: _open(proxy) == 1, "all released (the scrape is the one open)")
         assert httpx.get(proxy.url + "/health", timeout=10).status_code == 200
+
+
+def _read_until(sock: socket.socket, end: bytes, limit: float = 30.0) -> bytes:
+    got = b""
+    deadline = time.monotonic() + limit
+    while end not in got and time.monotonic() < deadline:
+        part = sock.recv(65536)
+        if not part:
+            break
+        got += part
+    return got
+
+
+def test_a_pipelined_request_is_not_cut_by_the_header_deadline() -> None:
+    # found by a review: the deadline was re-armed after the first response although the next
+    # request's headers had been read with it, and the stream was cut at the deadline
+    with mock_upstream(itl=0.01) as mock, served_proxy(Settings(
+            upstreams=(mock.url,), cache="off", header_timeout=1.0,
+            tokenizer=str(ensure_tiny_model())), http=GUARDED) as proxy:
+        body = json.dumps({"model": "mock", "stream": True, "max_tokens": 250, "messages": [
+            {"role": "user", "content": "pipelined"}]}).encode()  # ~2.5 s of tokens
+        second = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        sock = connect(proxy, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + second)
+        got = _read_until(sock, b"data: [DONE]")
+        sock.close()
+        assert b"data: [DONE]" in got, got[-300:]
