@@ -417,6 +417,17 @@ async def test_shutdown_waits_for_handed_over_streams_at_most_the_drain_timeout(
     stuck.cancel()
 
 
+async def reading(client: httpx.AsyncClient, text: str
+                  ) -> tuple[Any, asyncio.Task[None], httpx.Response]:
+    """A stream opened and read in the background, once its first word has come."""
+    cm = client.stream("POST", "/v1/chat/completions", json=body(text))
+    response = await cm.__aenter__()
+    first = asyncio.Event()
+    task = asyncio.create_task(lines(response, [], first))
+    await first.wait()
+    return cm, task, response
+
+
 def _gauge(metrics: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith(name + " "))
@@ -433,17 +444,9 @@ async def test_when_every_client_has_left_the_upstream_stream_is_stopped(
     async with fake.served() as upstream, \
             served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
             httpx.AsyncClient(base_url=url, timeout=30) as client:
-        lead_cm = client.stream("POST", "/v1/chat/completions", json=body("Nobody left"))
-        lead = await lead_cm.__aenter__()
-        lead_first = asyncio.Event()
-        leading = asyncio.create_task(lines(lead, [], lead_first))
-        await lead_first.wait()
-        follow_cm = client.stream("POST", "/v1/chat/completions", json=body("Nobody left"))
-        follow = await follow_cm.__aenter__()
+        lead_cm, leading, _ = await reading(client, "Nobody left")
+        follow_cm, following, follow = await reading(client, "Nobody left")
         assert follow.headers["x-cache-tier"] == "flight"
-        follow_first = asyncio.Event()
-        following = asyncio.create_task(lines(follow, [], follow_first))
-        await follow_first.wait()
         order = [(leading, lead_cm), (following, follow_cm)]
         for task, cm in order if leader_first else order[::-1]:
             task.cancel()
@@ -467,11 +470,7 @@ async def test_a_twin_that_leaves_while_waiting_frees_its_key_lease_at_once() ->
             served_proxy(Settings(upstreams=(upstream,), cache="exact", api_keys=("sk-a",),
                                   key_limits='{"sk-a": {"concurrent": 2}}')) as url, \
             httpx.AsyncClient(base_url=url, timeout=30, headers=auth) as client:
-        lead_cm = client.stream("POST", "/v1/chat/completions", json=body("Wait for me"))
-        lead = await lead_cm.__aenter__()
-        lead_first = asyncio.Event()
-        leading = asyncio.create_task(lines(lead, [], lead_first))
-        await lead_first.wait()
+        lead_cm, leading, _ = await reading(client, "Wait for me")
         twin = asyncio.create_task(client.post("/v1/chat/completions", json={
             **body("Wait for me"), "stream": False}))
         async with asyncio.timeout(20):
