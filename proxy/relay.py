@@ -24,6 +24,13 @@ from proxy.upstream import UpstreamStream
 _USAGE = b'"usage"'
 _FINISHED = b'"finish_reason":"'  # a terminal chunk (vLLM writes no spaces)
 _DONE = b"data: [DONE]"
+
+
+def _ends(events: bytes) -> bool:
+    """Whether these whole events end with vLLM's [DONE] event, as an event: the text
+    "data: [DONE]" inside a generated token (code about SSE) is not the end (found by a
+    review: such answers were cut there, status 200)."""
+    return events == _DONE + b"\n\n" or events.endswith(b"\n\n" + _DONE + b"\n\n")
 SSE = "text/event-stream; charset=utf-8"  # as vLLM (and Starlette for text/*) sends it
 
 
@@ -128,10 +135,10 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                 last = chunk
                 outcome.events += chunk.count(b"data: {")
                 yield chunk
-                if _DONE in chunk:  # the end: an upstream that keeps the connection open
+                if _ends(chunk):  # the end: an upstream that keeps the connection open
                     buf = b""       # after [DONE] must not hold the client until read timeout
                     break
-        if _DONE not in last and _DONE not in buf:
+        if not _ends(last) and buf.strip() != _DONE:
             # a clean end without [DONE]: the upstream cut the answer (found by a review:
             # such streams reached clients as complete, status 200)
             raise BadGateway(f"the upstream {stream.backend.url} ended the stream before "

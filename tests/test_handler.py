@@ -523,3 +523,22 @@ async def test_a_stream_cut_before_its_usage_is_charged_what_was_relayed():
                 while 'status="499"' not in (await c.get("/metrics")).text:  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
     assert 429 in codes, codes
+
+
+class SseTalk(FakeVllm):
+    def words(self, data: dict[str, Any]) -> list[str]:
+        return [" see", " data: [DONE]", "\n\ndata: [DONE]\n\n", " is", " the", " end"]
+
+
+@pytest.mark.parametrize("cache", ["off", "exact"])
+async def test_an_answer_that_writes_the_done_line_is_not_cut_there(cache: str):
+    # found by a review: the relay stopped at any "data: [DONE]" in a chunk, also inside a
+    # generated token, and the client got a cut answer with status 200
+    fake = SseTalk()
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "sse"}], "stream": True}
+    async with proxy_client(settings(cache=cache), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json=ask)
+    assert r.status_code == 200 and r.text.endswith("\n\ndata: [DONE]\n\n")
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                   for e in sse_events(r.text)[:-1] if json.loads(e).get("choices"))
+    assert text == " see data: [DONE]\n\ndata: [DONE]\n\n is the end"

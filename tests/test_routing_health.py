@@ -90,3 +90,21 @@ def test_a_hung_replica_is_marked_down_and_skipped(stream: bool) -> None:
                     "messages": [{"role": "user", "content": "q"}]})
                 assert r.status_code == 200, r.text
                 time.sleep(0.05)
+
+
+async def test_a_probe_that_raises_does_not_end_the_watch() -> None:
+    calls: list[str] = []
+    again = asyncio.Event()
+
+    async def probe(backend: Backend, wait: float) -> bool:
+        calls.append(backend.url)
+        if calls.count("a") >= 2:
+            again.set()
+        if backend.url == "a":
+            raise RuntimeError("a bug in a probe")
+        return True
+
+    task = asyncio.create_task(watch([Backend("a"), Backend("b")], probe, 0.01))
+    await asyncio.wait_for(again.wait(), 10)
+    task.cancel()
+    assert calls.count("b") >= 1

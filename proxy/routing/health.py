@@ -7,15 +7,21 @@ Upstream.probe: at most PROBE_WAIT seconds, and it marks the replica itself."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from proxy.routing.backend import Backend
 
+log = logging.getLogger("proxy.routing")
 PROBE_WAIT = 2.0  # seconds a replica has to answer /health
 
 
 async def watch(backends: Sequence[Backend], probe: Callable[[Backend, float], Awaitable[bool]],
                 interval: float) -> None:
     while True:
-        await asyncio.gather(*(probe(b, min(PROBE_WAIT, interval)) for b in backends))
+        results = await asyncio.gather(*(probe(b, min(PROBE_WAIT, interval)) for b in backends),
+                                       return_exceptions=True)
+        for backend, result in zip(backends, results, strict=True):
+            if isinstance(result, Exception):  # a bug in a probe must not end the watch
+                log.error("health probe of %s failed", backend.url, exc_info=result)
         await asyncio.sleep(interval)
