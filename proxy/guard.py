@@ -160,10 +160,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def _too_slow(self) -> None:
         self._deadline = None
         self.guard.timed_out(self._ip)
-        # abort, not close: close() waits to flush what is buffered, which a client that
-        # never reads would hold off for good (reported by a review; not reproduced by a test
-        # here: a large JSON answer to a never-reading client does not reach this deadline)
-        self.transport.abort()
+        # close, not abort: the end of the last answer may still be buffered for a slow
+        # reader. (A client that never reads keeps a closing connection open; a review
+        # reported it, no test here reproduced it, and abort would cost slow readers their tail.)
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         if self._guard is not None:
