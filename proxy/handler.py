@@ -211,22 +211,20 @@ class CompletionHandler:
             headers["X-Cache-Similarity"] = f"{result.similarity:.4f}"
         trace.tokens_out = 0
         events: AsyncIterator[bytes]
+        leave = None
         if result.live is not None:  # an identical stream in flight (only streams follow one)
             live = result.live
             events = followed(kind, live, usage)
 
-            async def leave() -> None:
+            async def leave() -> None:  # counted out of the flight however the response ends
                 live.leave()
-
-            return RelayResponse(events, self._closer(trace, leave), headers=_sse(headers),
-                                 **self._send_limits())
         elif not stream:
             assert result.answer is not None
             return json_response(orjson.dumps(result.answer), headers=headers)
         else:
             assert result.answer is not None
             events = replay_stream(replay(kind, result.answer, usage, result.events))
-        return RelayResponse(events, self._closer(trace, None), headers=_sse(headers),
+        return RelayResponse(events, self._closer(trace, leave), headers=_sse(headers),
                              **self._send_limits())
 
     async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace,
@@ -311,9 +309,10 @@ class CompletionHandler:
                 done = acc.completion() if acc is not None and outcome.finished else None
                 await (self._store(ticket, done) if done else d.cache.abandon(ticket))
 
-        if pump is not None:  # settled as soon as the read ends: followers get their end
-            self._background(pump.task, settle)  # then, not when a slow leader's client has
-            # read it all (found by a review: 28 s later)
+        if pump is not None:
+            # settled as soon as the read ends: followers get their end then, not when a slow
+            # leader's client has read it all (found by a review: 28 s later)
+            self._background(pump.task, settle)
 
         async def close() -> None:
             if outcome.first_byte is not None:

@@ -23,15 +23,14 @@ from proxy.upstream import UpstreamStream
 
 _USAGE = b'"usage"'
 _FINISHED = b'"finish_reason":"'  # a terminal chunk (vLLM writes no spaces)
-_DONE = b"data: [DONE]"
+SSE = "text/event-stream; charset=utf-8"  # as vLLM (and Starlette for text/*) sends it
 
 
 def _ends(events: bytes) -> bool:
     """Whether these whole events end with vLLM's [DONE] event, as an event: the text
     "data: [DONE]" inside a generated token (code about SSE) is not the end (found by a
     review: such answers were cut there, status 200)."""
-    return events == _DONE + b"\n\n" or events.endswith(b"\n\n" + _DONE + b"\n\n")
-SSE = "text/event-stream; charset=utf-8"  # as vLLM (and Starlette for text/*) sends it
+    return events == DONE or events.endswith(b"\n\n" + DONE)
 
 
 @dataclass(slots=True)
@@ -138,7 +137,7 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                 if _ends(chunk):  # the end: an upstream that keeps the connection open
                     buf = b""       # after [DONE] must not hold the client until read timeout
                     break
-        if not _ends(last) and buf.strip() != _DONE:
+        if not _ends(last) and buf.strip() != DONE.strip():
             # a clean end without [DONE]: the upstream cut the answer (found by a review:
             # such streams reached clients as complete, status 200)
             raise BadGateway(f"the upstream {stream.backend.url} ended the stream before "
