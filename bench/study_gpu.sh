@@ -44,6 +44,16 @@ trained() {  # wait for train-model (its log ends in "done"), keep the log, writ
   cp /root/train.log $R/
   python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 256
 }
+interleaved() {  # NAME:PORT...: 3 repeats, each server at concurrency 1 (16 requests), then 4 (48)
+  for rep in 1 2 3; do
+    for np in "$@"; do run "${np%%:*}_edit1c_$rep" "${np##*:}" code_edit 1 16; done
+    for np in "$@"; do run "${np%%:*}_edit_$rep" "${np##*:}" code_edit 4 48; done
+  done
+}
+wide8() {  # the trained model padded 8x wide; W: the flags its servers share
+  python3 -m deploy pad-model /root/model /root/wide8 --width 8 > $R/pad8.json
+  W=(--model /root/wide8 --set kv-cache-memory-bytes=4G --set gpu-memory-utilization=0.28)
+}
 up() {  # PORT...: wait for each, then a few requests each so compile and graphs are not measured
   wait_up "$@"
   for p in "$@"; do run warm_$p $p code_edit 4 8 > /dev/null; done
@@ -106,50 +116,29 @@ case "$1" in
     start wbase 8011 baseline --model /root/wide --set kv-cache-memory-bytes=6G
     start wngram 8012 spec-ngram --model /root/wide --set kv-cache-memory-bytes=6G
     up 8011 8012
-    for rep in 1 2 3; do
-      run wbase_edit1c_$rep 8011 code_edit 1 16
-      run wngram_edit1c_$rep 8012 code_edit 1 16
-      run wbase_edit_$rep 8011 code_edit 4 48
-      run wngram_edit_$rep 8012 code_edit 4 48
-    done
+    interleaved wbase:8011 wngram:8012
     ;;
   P2)  # n-gram drafting on the GPU (method ngram_gpu: async scheduling stays on, where the
       # CPU n-gram turns it off) vs the CPU n-gram vs no speculation, on the trained model padded
       # 8x wide (~3.3 B parameters' weight reads per step, same tokens)
     trained
-    python3 -m deploy pad-model /root/model /root/wide8 --width 8 > $R/pad8.json
-    W=(--model /root/wide8 --set kv-cache-memory-bytes=4G --set gpu-memory-utilization=0.28)
+    wide8
     start xbase 8021 baseline "${W[@]}"
     start xngram 8022 spec-ngram "${W[@]}"
     start xngpu 8023 spec-ngram "${W[@]}" --set speculative-config.method=ngram_gpu
     up 8021 8022 8023
-    for rep in 1 2 3; do
-      run xbase_edit1c_$rep 8021 code_edit 1 16
-      run xngram_edit1c_$rep 8022 code_edit 1 16
-      run xngpu_edit1c_$rep 8023 code_edit 1 16
-      run xbase_edit_$rep 8021 code_edit 4 48
-      run xngram_edit_$rep 8022 code_edit 4 48
-      run xngpu_edit_$rep 8023 code_edit 4 48
-    done
+    interleaved xbase:8021 xngram:8022 xngpu:8023
     ;;
   S)  # spec decoding on a model taught the code_edit task (`train-model --copy-frac`: a share of
       # the training rows are chunk, marker, chunk from training files), padded 8x wide as in P2;
       # n-gram with 3 and with 5 draft tokens
     trained
     cp /root/model/train_report.json $R/train_report.json
-    python3 -m deploy pad-model /root/model /root/wide8 --width 8 > $R/pad8.json
-    W=(--model /root/wide8 --set kv-cache-memory-bytes=4G --set gpu-memory-utilization=0.28)
+    wide8
     start sbase 8031 baseline "${W[@]}"
     start sngram 8032 spec-ngram "${W[@]}"
     start sngram5 8033 spec-ngram "${W[@]}" --set speculative-config.num_speculative_tokens=5
     up 8031 8032 8033
-    for rep in 1 2 3; do
-      run sbase_edit1c_$rep 8031 code_edit 1 16
-      run sngram_edit1c_$rep 8032 code_edit 1 16
-      run sngram5_edit1c_$rep 8033 code_edit 1 16
-      run sbase_edit_$rep 8031 code_edit 4 48
-      run sngram_edit_$rep 8032 code_edit 4 48
-      run sngram5_edit_$rep 8033 code_edit 4 48
-    done
+    interleaved sbase:8031 sngram:8032 sngram5:8033
     ;;
 esac
