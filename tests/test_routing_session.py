@@ -40,14 +40,53 @@ def test_a_replica_leaving_moves_only_its_own_sessions():
     assert all(after[s] is before[s] for s in before if before[s] is not gone)
 
 
-def test_a_busy_home_spills_to_the_sessions_next_choice_every_time():
+def test_a_busy_home_spills_to_the_sessions_next_choice_which_becomes_a_second_home():
     p, backends = policy(), pool(3)
     home = p.choose(backends, "alice").backend
     home.inflight = 5  # penalty 5/4 > 1
-    spilled = {p.choose(backends, "alice").backend for _ in range(5)}
-    assert len(spilled) == 1 and home not in spilled
     c = p.choose(backends, "alice")
     assert c.spilled_from is home and not c.affinity
+    second = c.backend
+    for _ in range(5):  # the home still busy: the second home, now with affinity
+        again = p.choose(backends, "alice")
+        assert again.backend is second and again.affinity and again.spilled_from is None
+
+
+def test_a_session_with_two_homes_goes_to_the_less_loaded_one():
+    p, backends = policy(), pool(3)
+    home = p.choose(backends, "alice").backend
+    home.inflight = 5
+    second = p.choose(backends, "alice").backend
+    home.inflight, second.inflight = 3, 1  # penalty 0.4: the old rule kept the first home
+    assert p.choose(backends, "alice").backend is second
+    home.inflight, second.inflight = 0, 2
+    assert p.choose(backends, "alice").backend is home
+
+
+def test_a_hot_session_spreads_over_two_replicas_within_the_hot_spot_goal():
+    # 80 % of arrivals from one session, 20 % from 40 others, each request in flight for 30
+    # arrivals: no replica may carry more than 1.5x the other's requests (issue 15's goal)
+    p, backends = policy(), pool(2)
+    done: list[tuple[int, Backend]] = []
+    counts = {b.url: 0 for b in backends}
+    for t in range(3000):
+        while done and done[0][0] <= t:
+            done.pop(0)[1].inflight -= 1
+        key = "hot" if t % 5 else f"cold{t % 41}"
+        b = p.choose(backends, key).backend
+        b.inflight += 1
+        counts[b.url] += 1
+        done.append((t + 30, b))
+    busier, other = max(counts.values()), min(counts.values())
+    assert busier / other <= 1.5, counts
+
+
+def test_the_homes_are_bounded():
+    p = Session(LoadGuard(), clock=lambda: 0.0, capacity=10)
+    backends = pool(2)
+    for s in range(50):
+        p.choose(backends, f"s{s}")
+    assert len(p.homes) == 10 and "s49" in p.homes and "s0" not in p.homes
 
 
 def test_no_session_is_least_loaded():

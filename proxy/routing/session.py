@@ -1,12 +1,17 @@
-"""session: the requests of one session (the session header, else the body's `user`) go to the
-replica rendezvous hashing ranks first for it, so every proxy agrees without shared state and a
-replica that leaves moves only its own sessions. When that replica's load penalty (load.py)
-exceeds the whole affinity gain (1), the session spills to the next in its ranking that does
-not, so a spilled session still lands on one place. No session: least-loaded."""
+"""session: the requests of one session (the session header, else the body's `user`) go to a
+replica that already served it. A new session's home is the replica rendezvous hashing ranks
+first for it, so every proxy agrees without shared state and a replica that leaves moves only its
+own sessions. Each home scores the whole affinity gain (1) minus its load penalty (load.py), any
+other replica minus its penalty alone; the best score wins, ties by the ranking. So a session
+spills only when its home carries about twice the idlest replica's load, and the replica it
+spilled to becomes a second home: a hot session then spreads over both by load instead of
+piling onto one (the hot-spot case), while most sessions keep one home. The homes are a bounded
+LRU over sessions. No session: least-loaded."""
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from proxy.routing.backend import Backend
@@ -20,9 +25,12 @@ class Session:
     name = "session"
     wants_tokens = False
 
-    def __init__(self, guard: LoadGuard, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, guard: LoadGuard, clock: Callable[[], float] = time.monotonic,
+                 capacity: int = 65536) -> None:
         self.guard = guard
         self.clock = clock
+        self.capacity = capacity
+        self.homes: OrderedDict[str, set[str]] = OrderedDict()
         self.fallback = LeastLoaded(clock)
 
     async def key(self, request: RouteRequest | None) -> object:
@@ -32,10 +40,20 @@ class Session:
         if not isinstance(key, str):
             return self.fallback.choose(candidates, None)
         places = rank(key, candidates)
-        order = sorted(range(len(candidates)), key=lambda i: places[i])
+        owner = min(range(len(candidates)), key=lambda i: places[i])
+        known = self.homes.get(key, set())
+        homes = {i for i, b in enumerate(candidates) if b.url in known} or {owner}
         penalties = self.guard.penalties(self.guard.loads(candidates, self.clock()))
-        owner = candidates[order[0]]
-        # the least loaded one has no penalty, so some candidate always qualifies
-        chosen = candidates[next(i for i in order if penalties[i] <= 1.0)]
-        return Choice(chosen, affinity=chosen is owner,
-                      spilled_from=None if chosen is owner else owner)
+        best = max(range(len(candidates)), key=lambda i: (
+            (i in homes) - penalties[i], -places[i]))
+        chosen = candidates[best]
+        self._remember(key, known, chosen.url)
+        first = min(homes, key=lambda i: places[i])
+        return Choice(chosen, affinity=best in homes,
+                      spilled_from=None if best in homes else candidates[first])
+
+    def _remember(self, key: str, known: set[str], url: str) -> None:
+        self.homes[key] = known | {url}
+        self.homes.move_to_end(key)
+        while len(self.homes) > self.capacity:
+            self.homes.popitem(last=False)
