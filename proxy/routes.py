@@ -96,8 +96,9 @@ async def metrics(request: Request) -> Response:
 
 async def http_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 500)
-    if status == 405:
-        return error_response(MethodNotAllowed(f"{request.method} is not allowed here"))
+    if status == 405:  # with the route's Allow header, as vLLM (FastAPI) sends it
+        return error_response(MethodNotAllowed(f"{request.method} is not allowed here"),
+                              getattr(exc, "headers", None))
     if status == 404:
         return error_response(NotFound(f"no route for {request.url.path}"))
     detail = getattr(exc, "detail", "error")
@@ -116,14 +117,22 @@ async def unexpected(request: Request, exc: Exception) -> Response:
                           {"X-Request-ID": rid})
 
 
+def get_only(path: str, endpoint: Any) -> Route:
+    """A GET route without the HEAD that Starlette adds to every GET route: vLLM's routes are
+    FastAPI's, which answer HEAD /v1/models, /health, /version with 405 (Allow: GET)."""
+    route = Route(path, endpoint, methods=["GET"])
+    route.methods = {"GET"}
+    return route
+
+
 ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
-    Route("/v1/models", models, methods=["GET"]),
-    Route("/health", health, methods=["GET"]),
-    Route("/ready", ready, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
-    Route("/admin/cache/stats", cache_stats, methods=["GET"]),
+    get_only("/v1/models", models),
+    get_only("/health", health),
+    get_only("/ready", ready),
+    Route("/metrics", metrics, methods=["GET"]),  # HEAD too: vLLM's /metrics answers it (200)
+    get_only("/admin/cache/stats", cache_stats),
     Route("/admin/cache/flush", cache_flush, methods=["POST"]),
 ]
 

@@ -29,3 +29,29 @@ async def test_operator_endpoints_are_open_without_a_key() -> None:
                             transport=fake.transport) as c:
         assert (await c.get("/metrics")).status_code == 200
         assert (await c.get("/ready")).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/health", "/ready", "/admin/cache/stats"])
+async def test_head_on_a_get_route_is_405_as_vllm_answers_it(path: str) -> None:
+    # vLLM 0.32's app (build_app, FastAPI routes) answers HEAD /v1/models, /health, /version
+    # with 405 and `allow: GET`; Starlette's GET routes answered HEAD (and HEAD /v1/models
+    # went upstream). HEAD /metrics stays: vLLM's /metrics mount answers it 200.
+    fake = FakeVllm()
+    async with proxy_client(Settings(upstreams=("http://vllm:8000",), cache="off",
+                                     admin_key="adm"), transport=fake.transport) as c:
+        sent = len(fake.requests)
+        head = await c.head(path, headers={"Authorization": "Bearer adm"})
+        assert len(fake.requests) == sent  # nothing reached vLLM
+        assert (await c.get(path, headers={"Authorization": "Bearer adm"})).status_code == 200
+        assert (await c.head("/metrics")).status_code == 200
+    assert head.status_code == 405
+    assert head.headers["allow"] == "GET"
+    assert head.headers["content-type"] == "application/json"
+
+
+async def test_a_wrong_method_names_the_allowed_one() -> None:
+    async with proxy_client(Settings(upstreams=("http://vllm:8000",), cache="off"),
+                            transport=FakeVllm().transport) as c:
+        wrong = await c.post("/v1/models")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "GET"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
