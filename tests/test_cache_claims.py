@@ -110,6 +110,92 @@ async def test_a_live_owner_keeps_its_claim_past_the_ttl(redis: Redis) -> None:
         await asyncio.wait_for(waiter, 2)
 
 
+class HeldReply:
+    """A TCP relay to Redis that holds back the reply to the first command carrying `marker`
+    until `let_go` is set: the command has run in Redis while its caller still waits for the
+    answer, so a client can leave right then (mid-claim), every time."""
+
+    def __init__(self, redis: Redis, marker: bytes) -> None:
+        self.port, self.marker = redis.port, marker
+        self.ran = asyncio.Event()  # the marked command ran in Redis; its reply is held
+        self.let_go = asyncio.Event()
+        self._seen = False
+        self._pipes: set[asyncio.Task[object]] = set()
+
+    @contextlib.asynccontextmanager
+    async def url(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        try:
+            yield f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+        finally:
+            self.let_go.set()
+            server.close()
+            for pipe in self._pipes:
+                pipe.cancel()
+            await asyncio.gather(*self._pipes, return_exceptions=True)
+
+    async def _connection(self, client_r: asyncio.StreamReader,
+                          client_w: asyncio.StreamWriter) -> None:
+        redis_r, redis_w = await asyncio.open_connection("127.0.0.1", self.port)
+        marked = asyncio.Event()
+
+        async def up() -> None:
+            while data := await client_r.read(65536):
+                if not self._seen and self.marker in data:
+                    self._seen = True
+                    marked.set()
+                redis_w.write(data)
+                await redis_w.drain()
+
+        async def down() -> None:
+            while data := await redis_r.read(65536):
+                if marked.is_set():  # the marked command's reply (one command at a time)
+                    marked.clear()
+                    self.ran.set()
+                    await self.let_go.wait()
+                client_w.write(data)
+                await client_w.drain()
+
+        pipe = asyncio.ensure_future(asyncio.gather(up(), down(), return_exceptions=True))
+        self._pipes.add(pipe)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):  # the relay is closing
+                await pipe
+        finally:
+            client_w.close()
+            redis_w.close()
+
+
+@pytest.mark.parametrize("reply_comes", [True, False])
+async def test_a_leader_cancelled_mid_claim_frees_the_flight_at_once(
+        redis: Redis, reply_comes: bool) -> None:
+    # found by a review: a leader whose client left while its claim (SET NX) was on its way
+    # kept the flight claimed in Redis with nobody to release it, and the other replicas'
+    # identical requests waited for its TTL (10 s) before going upstream themselves
+    relay = HeldReply(redis, b"claims:f:")
+    async with relay.url() as through_relay:
+        one = await open_cache(registry=CollectorRegistry(), config=CacheConfig(
+            mode="exact", redis_url=through_relay, namespace="claims"))
+        assert one is not None
+        two = await replica(redis, CollectorRegistry())
+        try:
+            leader = asyncio.create_task(one.lookup(chat(Q)))
+            await relay.ran.wait()  # replica one's claim is in Redis; the answer is held
+            twin = asyncio.create_task(two.lookup(chat(Q)))
+            assert await still_waiting(twin)  # replica two sees the flight claimed
+            leader.cancel()  # the leader's client leaves (the handler cancels its lookup)
+            with pytest.raises(asyncio.CancelledError):
+                await leader
+            if reply_comes:  # else the claim's socket timeout (1 s) ends its wait
+                relay.let_go.set()
+            got = await asyncio.wait_for(twin, 5)  # not the claim's 10 s TTL
+            assert got.status == "miss" and got.ticket is not None  # replica two leads now
+            await two.abandon(got.ticket)
+        finally:
+            await one.aclose()
+            await two.aclose()
+
+
 async def test_redis_down_means_lead_and_no_wait() -> None:
     c = RedisClaims("redis://127.0.0.1:1", "down")
     try:

@@ -3,9 +3,12 @@
 A claim is `SET {prefix}:f:{flight} <owner> NX PX ttl`; the owner refreshes it every ttl/3 while
 its upstream call runs, so a replica that dies mid-flight frees the flight within ttl. Release
 deletes the key only if this replica still owns it (a Lua check-and-delete) and publishes
-`{prefix}:fdone:{flight}`. Waiters listen on one pattern subscription per replica and also check
-every `check_s` that the key still exists (a lost message or a dead owner cannot hold them).
-Any Redis error means: lead (claim) or stop waiting (settled).
+`{prefix}:fdone:{flight}`. A caller cancelled mid-claim (its client left while the SET was on
+its way: it may land all the same) or mid-release still frees the flight at once: the SET and
+the release run in tasks of their own that the cancellation does not reach. Waiters listen on
+one pattern subscription per replica and also check every `check_s` that the key still exists
+(a lost message or a dead owner cannot hold them). Any Redis error means: lead (claim) or stop
+waiting (settled).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 from redis.asyncio import Redis
@@ -37,16 +41,42 @@ class RedisClaims:
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._subscribed: asyncio.Event | None = None
+        self._unclaiming: set[asyncio.Task[None]] = set()
 
     async def claim(self, flight: str) -> bool:
+        setting = asyncio.ensure_future(self._r.set(self._p + "f:" + flight, self._owner,
+                                                    nx=True, px=self._ttl_ms))
         try:
-            won = await self._r.set(self._p + "f:" + flight, self._owner, nx=True,
-                                    px=self._ttl_ms)
+            won = await asyncio.shield(setting)
+        except asyncio.CancelledError:
+            # the client left mid-claim; the SET may land all the same, and with nobody to
+            # release it the other replicas waited out its TTL (found by a review)
+            self._spawn(self._unclaim_after(setting, flight))
+            raise
         except (RedisError, OSError):
             return True
         if won:
             self._keepers[flight] = asyncio.create_task(self._keep(flight))
         return bool(won)
+
+    async def _unclaim_after(self, setting: asyncio.Future[Any], flight: str) -> None:
+        try:
+            if not await setting:
+                return  # another replica holds it: not ours to release
+        except (RedisError, OSError):
+            pass  # landed or not: the check-and-delete removes it only if it is ours
+        await self._unclaim(flight)
+
+    async def _unclaim(self, flight: str) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self._r.eval(_RELEASE, 2, self._p + "f:" + flight, self._p + "fdone:" + flight,
+                               self._owner)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._unclaiming.add(task)
+        task.add_done_callback(self._unclaiming.discard)
+        return task
 
     async def _keep(self, flight: str) -> None:
         while True:
@@ -61,9 +91,7 @@ class RedisClaims:
         if keeper is None:
             return
         keeper.cancel()
-        with contextlib.suppress(RedisError, OSError):
-            await self._r.eval(_RELEASE, 2, self._p + "f:" + flight, self._p + "fdone:" + flight,
-                               self._owner)
+        await asyncio.shield(self._spawn(self._unclaim(flight)))  # done even if we are cancelled
 
     async def settled(self, flight: str, wait_s: float) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -119,6 +147,7 @@ class RedisClaims:
     async def aclose(self) -> None:
         for flight in list(self._keepers):
             await self.release(flight)
+        await asyncio.gather(*self._unclaiming, return_exceptions=True)
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
