@@ -35,13 +35,13 @@ from proxy.receive import (
 from proxy.relay import (
     SHUTDOWN_CUT,
     SSE,
+    JsonAnswer,
     Pump,
     RelayResponse,
     StreamOutcome,
     cut_by_shutdown,
     error_response,
     followed,
-    json_response,
     relay_stream,
     replay_stream,
 )
@@ -220,7 +220,7 @@ class CompletionHandler:
                 live.leave()
         elif not stream:
             assert result.answer is not None
-            return json_response(orjson.dumps(result.answer), headers=headers)
+            return JsonAnswer(orjson.dumps(result.answer), headers, **self._send_limits())
         else:
             assert result.answer is not None
             events = replay_stream(replay(kind, result.answer, usage, result.events))
@@ -270,8 +270,7 @@ class CompletionHandler:
         task = None
         if ticket is not None:
             task = BackgroundTask(self._store, ticket, Completion(body=answer))
-        return json_response(content, headers=headers) if task is None else Response(
-            content, headers=headers, media_type=openai.JSON, background=task)
+        return JsonAnswer(content, headers, background=task, **self._send_limits())
 
     async def _stream(self, request: Request, kind: Kind, body: dict[str, Any],
                       ticket: object | None, headers: dict[str, str], trace: Trace,

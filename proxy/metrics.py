@@ -45,8 +45,8 @@ class Metrics:
                                   "Exceptions the proxy did not expect (answered 500)",
                                   ["route"], registry=r)
         self.send_timeouts = Counter("proxy_send_timeouts",
-                                     "Streams cut because the client read nothing for "
-                                     "PROXY_SEND_TIMEOUT seconds", registry=r)
+                                     "Streams and JSON answers cut because the client read "
+                                     "nothing for PROXY_SEND_TIMEOUT seconds", registry=r)
         self.key_limited = Counter("proxy_key_limited",
                                    "Requests refused by a per-key limit", ["limit"], registry=r)
         self.key_limits_fallbacks = Counter(

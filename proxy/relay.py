@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import orjson
+from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
@@ -169,6 +170,59 @@ SHUTDOWN_CUT = ShuttingDown("the proxy is shutting down: this request was still 
                             "its shutdown grace period (PROXY_SHUTDOWN_TIMEOUT) ended")
 
 
+def within(send: Send, timeout: float | None) -> Send:
+    """send, with TimeoutError when a message cannot be handed over within timeout: a client
+    that stops reading fills the socket buffer, and the server then blocks the send."""
+    if timeout is None:
+        return send
+
+    async def bounded(message: Message) -> None:
+        async with asyncio.timeout(timeout):
+            await send(message)
+
+    return bounded
+
+
+PIECE = 1 << 16  # a JSON answer is handed over this much at a time
+
+
+class JsonAnswer(Response):
+    """A completion's JSON answer (fresh or cached), handed to the server PIECE bytes at a time,
+    each under the streams' send timeout. Sent whole, it went into the connection's write buffer
+    at once and stayed there for as long as a client that never reads kept the connection (a
+    review: 33 MB a client); now such a client is cut, counted in proxy_send_timeouts_total,
+    and the answer let go. The background work (the cache's store) starts with the sending,
+    not after it, and is awaited however the sending ends."""
+
+    def __init__(self, content: bytes, headers: Mapping[str, str] | None = None, *,
+                 background: BackgroundTask | None = None, send_timeout: float | None = None,
+                 on_send_timeout: Callable[[], None] | None = None) -> None:
+        super().__init__(content, headers=headers, media_type=JSON, background=background)
+        self._send_timeout = send_timeout
+        self._on_send_timeout = on_send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        work = None if self.background is None else asyncio.ensure_future(self.background())
+        bounded = within(send, self._send_timeout)
+        body = self.body
+        try:
+            await bounded({"type": "http.response.start", "status": self.status_code,
+                           "headers": self.raw_headers})
+            at = 0
+            while True:  # one message at least: an empty body too
+                await bounded({"type": "http.response.body", "body": body[at:at + PIECE],
+                               "more_body": at + PIECE < len(body)})
+                at += PIECE
+                if at >= len(body):
+                    break
+        except TimeoutError:
+            if self._on_send_timeout is not None:
+                self._on_send_timeout()
+        finally:
+            if work is not None:
+                await asyncio.shield(work)  # a cancelled caller (shutdown) leaves it running
+
+
 class RelayResponse(StreamingResponse):
     """A stream whose on_close always runs once: finished, failed, or cut by the client
     (Starlette cancels the body iterator on disconnect, maybe before it ever started)."""
@@ -182,16 +236,8 @@ class RelayResponse(StreamingResponse):
         self._on_send_timeout = on_send_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        timeout = self._send_timeout
-
-        async def bounded(message: Message) -> None:
-            # A client that stops reading fills the socket buffer; the server then blocks the
-            # send. Past the timeout the stream is cut: upstream closed, slot freed.
-            async with asyncio.timeout(timeout):
-                await send(message)
-
-        try:
-            await super().__call__(scope, receive, send if timeout is None else bounded)
+        try:  # past the send timeout the stream is cut: upstream closed, slot freed
+            await super().__call__(scope, receive, within(send, self._send_timeout))
         except TimeoutError:
             if self._on_send_timeout is not None:
                 self._on_send_timeout()

@@ -39,7 +39,7 @@ class Settings:
     max_connections_per_ip: int | None = None  # None: no cap per client IP
     key_limits: str | None = None  # per-key limits: inline JSON or a file (proxy/limits.py)
     key_limits_shared: bool = False  # hold them across workers/replicas through PROXY_REDIS_URL
-    send_timeout: float = 30.0  # seconds a stream may make no write progress before it is cut
+    send_timeout: float = 30.0  # seconds a stream or JSON answer may make no write progress
     body_timeout: float = 30.0  # seconds for a whole request body to arrive (else 408)
     drain_timeout: float = 30.0  # at shutdown, seconds handed-over streams may take to finish
     shutdown_timeout: float = 25.0  # at SIGTERM, seconds requests in flight may take to finish
@@ -150,7 +150,7 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "key_limits_shared": ("PROXY_KEY_LIMITS_SHARED", _onoff,
                           "hold per-key limits across workers and replicas (needs Redis)"),
     "send_timeout": ("PROXY_SEND_TIMEOUT", _float,
-                     "seconds without write progress before a stream is closed"),
+                     "seconds without write progress before a stream or JSON answer is cut"),
     "body_timeout": ("PROXY_BODY_TIMEOUT", _float,
                      "seconds for a whole request body to arrive (else 408)"),
     "drain_timeout": ("PROXY_DRAIN_TIMEOUT", _float,

@@ -1,6 +1,6 @@
 """Fairness against the real server stack (uvicorn + httptools, the loadtest mock upstream): a
-client that never reads its stream loses it after PROXY_SEND_TIMEOUT; with API keys, one key's
-stuck streams cannot take every admission slot."""
+client that never reads its stream, or its JSON answer, loses it after PROXY_SEND_TIMEOUT; with
+API keys, one key's stuck streams cannot take every admission slot."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ def settings(mock: Mock, **kw: object) -> Settings:
                        **kw})
 
 
-def never_read(proxy: Served, key: str | None = None) -> socket.socket:
-    """Open a stream of a long answer and never read a byte of it."""
+def never_read(proxy: Served, key: str | None = None, stream: bool = True) -> socket.socket:
+    """Ask for a long answer (a stream, or JSON) and never read a byte of it."""
     host, port = proxy.url.removeprefix("http://").split(":")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, int(port)))
     body = orjson.dumps({"model": "mock", "messages": [{"role": "user", "content": "go"}],
-                         "stream": True, "max_tokens": 200_000})
+                         "stream": stream, "max_tokens": 200_000})
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
     sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  f"{auth}Content-Length: {len(body)}\r\n\r\n".encode() + body)
@@ -47,6 +47,36 @@ def test_a_stream_nobody_reads_is_cut_and_its_slot_freed() -> None:
         finally:
             for s in socks:
                 s.close()
+
+
+def held_for(proxy: Served, sock: socket.socket) -> tuple[bool, int]:
+    """The proxy's side of this client's connection: closing?, and the bytes it still holds
+    for the client to read (its write buffer)."""
+    async def look() -> tuple[bool, int]:
+        for conn in proxy.server.server_state.connections:
+            if conn.client == sock.getsockname():  # type: ignore[attr-defined]
+                transport = conn.transport  # type: ignore[attr-defined]
+                return transport.is_closing(), transport.get_write_buffer_size()
+        raise AssertionError("no such connection")
+
+    return proxy.lt.call(look())
+
+
+def test_a_json_answer_nobody_reads_is_cut_and_let_go() -> None:
+    # reported by a review: JSON answers had no send timeout; the whole body went into the
+    # connection's write buffer at once, and stayed there for as long as a client that never
+    # reads kept its connection (a 33 MB logprobs answer; 10 such clients: +450 MiB)
+    with mock_upstream(output_tokens=2_000_000) as mock, \
+            served_proxy(settings(mock, send_timeout=1.0)) as proxy:
+        sock = never_read(proxy, stream=False)  # an answer of ~12 MB: more than the sockets take
+        try:
+            wait_for(lambda: proxy.metric("proxy_send_timeouts_total") == 1,
+                     "the answer nobody reads cut at the send timeout", deadline=20)
+            closing, held = held_for(proxy, sock)
+            assert closing  # the proxy has let the connection go ...
+            assert held < 1 << 20, held  # ... and holds at most a piece of the answer for it
+        finally:
+            sock.close()
 
 
 def test_one_keys_stuck_streams_leave_room_for_another_key() -> None:

@@ -1,10 +1,13 @@
+import asyncio
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
+from typing import Any
 
 import orjson
+from starlette.background import BackgroundTask
 
 from proxy.errors import BadGateway
-from proxy.relay import StreamOutcome, relay_stream
+from proxy.relay import PIECE, JsonAnswer, StreamOutcome, relay_stream
 from proxy.sse import Accumulator
 
 
@@ -109,3 +112,39 @@ async def test_a_held_terminal_chunk_is_not_lost_when_the_stream_breaks():
     assert orjson.loads(body.split(b"\n\n")[-2][6:])["error"]["code"] == "bad_gateway"
     out, _ = await run([*CONTENT, b"data: [DONE]\n\n"], drop=True)  # no usage chunk at all
     assert b"".join(out) == b"".join(CONTENT) + b"data: [DONE]\n\n"
+
+
+async def answered(size: int, stall_after: int | None = None) -> tuple[list[Any], list[str]]:
+    """A JsonAnswer of `size` bytes sent to a server whose send blocks (a client that stopped
+    reading) after `stall_after` messages: what was sent, and what happened."""
+    sent: list[Any] = []
+    events: list[str] = []
+
+    async def send(message: Any) -> None:
+        if stall_after is not None and len(sent) >= stall_after:
+            await asyncio.Event().wait()
+        sent.append(message)
+
+    async def store() -> None:
+        events.append("stored")
+
+    answer = JsonAnswer(b"x" * size, {"x-cache": "MISS"}, background=BackgroundTask(store),
+                        send_timeout=0.2, on_send_timeout=lambda: events.append("cut"))
+    await answer({"type": "http"}, None, send)  # type: ignore[arg-type]
+    return sent, events
+
+
+async def test_a_json_answer_goes_in_pieces_and_whole() -> None:
+    for size in (0, 10, PIECE, 2 * PIECE + 1):
+        sent, events = await answered(size)
+        body = [m for m in sent if m["type"] == "http.response.body"]
+        assert b"".join(m["body"] for m in body) == b"x" * size
+        assert [m["more_body"] for m in body] == [True] * (len(body) - 1) + [False]
+        assert all(len(m["body"]) <= PIECE for m in body)
+        assert events == ["stored"]
+
+
+async def test_a_json_answer_nobody_takes_is_cut_and_still_stored() -> None:
+    sent, events = await answered(3 * PIECE, stall_after=2)  # headers, one piece, then stuck
+    assert len(sent) == 2 and sent[1]["more_body"] is True
+    assert sorted(events) == ["cut", "stored"]  # the store does not depend on the client
