@@ -6,7 +6,9 @@
 #      least-loaded vs prefix vs session (session now spreads a hot session over the replicas
 #      it spilled to), 60 req/s, 20 s of arrivals per run, 3 repeats, cut by a time budget;
 #   2. issue 13: the KV-bound fp8 pair with the full rig (60 s windows after 8 s of ramp-up,
-#      3 repeats, 20 req/s, KV cache 2 GB): bf16 on GPU 0 and fp8 on GPU 1 at the same time.
+#      3 repeats, 20 req/s, KV cache 2 GB): bf16 on GPU 0 and fp8 on GPU 1 at the same time;
+#   3. (started by hand as each GPU came free, recorded here) max-num-seqs=64 on GPU 0 beside
+#      the unbound baseline on GPU 1, the same rig.
 set -u
 export PYTHONPATH=/root/vllm-site:/root/pw:$PWD PYTHONUNBUFFERED=1
 R=${1:-/root/res15}
@@ -23,3 +25,10 @@ python3 -m bench.gpu_matrix $FLAGS --results "$R/flags-g1" --steps kvbound-fp8 \
   --gpu 1 --vllm-port 8200 --proxy-port 8010 > "$R/flags-gpu1.log" 2>&1 &
 wait
 touch "$R/done"
+# step 3, as it ran: each GPU's run started when that GPU's step 2 had ended
+python3 -m bench.gpu_matrix $FLAGS --results "$R/flags-mns-g0" --steps max-num-seqs-64 \
+  --gpu 0 --vllm-port 8100 --proxy-port 8000 > "$R/flags-mns-gpu0.log" 2>&1 &
+python3 -m bench.gpu_matrix $FLAGS --results "$R/flags-mns-g1" --steps baseline-ref \
+  --gpu 1 --vllm-port 8200 --proxy-port 8010 > "$R/flags-mns-gpu1.log" 2>&1 &
+wait
+touch "$R/done3"
