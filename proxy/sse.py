@@ -109,6 +109,18 @@ class Accumulator:
             self.stop_reason[i] = choice.get("stop_reason")
 
     def completion(self) -> Completion | None:
+        """The folded answer, or None when it cannot be replayed. A chunk of a shape vLLM never
+        sends (choices not a list of objects, a delta or usage that is not an object, text
+        that is not a string) is such a case: its exception escaped to the stream's close
+        before the cache's ticket was stored or abandoned, and the single flight stayed live
+        for good, every identical stream following it forever (found by a review)."""
+        try:
+            return self._completion()
+        except (AttributeError, TypeError, ValueError, KeyError):
+            self.failed = True
+            return None
+
+    def _completion(self) -> Completion | None:
         self._fold_raw()
         if self.failed or not self.texts or len(self.finish) < len(self.texts):
             return None

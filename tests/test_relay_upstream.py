@@ -106,3 +106,60 @@ async def test_an_answer_that_writes_the_done_line_is_not_cut_there(cache: str):
     text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
                    for e in sse_events(r.text)[:-1] if json.loads(e).get("choices"))
     assert text == " see data: [DONE]\n\ndata: [DONE]\n\n is the end"
+
+
+class OddShapes(FakeVllm):
+    """Chunks and answers whose fields have shapes vLLM never sends (found by a review): the
+    cache folded them without a check, and the fold's exception left the flight registered."""
+
+    def __init__(self, chunk: bytes | None = None, usage: Any = None) -> None:
+        super().__init__()
+        self.chunk, self.usage = chunk, usage
+
+    def _sse(self, data: dict[str, Any], chat: bool) -> list[bytes]:
+        events = super()._sse(data, chat)
+        if self.chunk is not None:
+            events.insert(1, self.chunk)
+        return events
+
+    def _json(self, data: dict[str, Any], chat: bool) -> dict[str, Any]:
+        answer = super()._json(data, chat)
+        if self.usage is not None:
+            answer["usage"] = self.usage
+        return answer
+
+
+@pytest.mark.parametrize("chunk", [
+    b'data: {"id": "x", "choices": [1]}\n\n',
+    b'data: {"id": "x", "choices": 5}\n\n',
+    b'data: {"id": "x", "choices": [{"index": 0, "delta": "hi"}]}\n\n',
+    b'data: {"id": "x", "choices": [{"index": [0], "delta": {}}]}\n\n',
+    b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": 7}}]}\n\n',
+])
+async def test_an_odd_stream_chunk_does_not_hang_the_next_identical_request(chunk: bytes):
+    # the first answer's fold raised (AttributeError/TypeError) in the stream's close, before
+    # the cache's ticket was stored or abandoned: its single flight stayed live for good, and
+    # every identical stream after it followed that flight and never ended
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+           "stream": True}
+    async with proxy_client(settings(cache="exact"),
+                            transport=OddShapes(chunk=chunk).transport) as c:
+        for _ in range(2):
+            async with asyncio.timeout(10):
+                r = await c.post("/v1/chat/completions", json=ask)
+            assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
+            assert r.headers["x-cache"] == "MISS"  # never stored, never followed
+        metrics = (await c.get("/metrics")).text
+    assert "proxy_unexpected_errors_total{" not in metrics
+
+
+@pytest.mark.parametrize("usage", [5, "x", [1], True])
+async def test_a_json_answer_with_an_odd_usage_is_not_a_500_when_asked_again(usage: Any):
+    # such an answer was stored; every identical request then read its usage as a dict while
+    # looking it up: 500 until the entry was evicted
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    async with proxy_client(settings(cache="exact"),
+                            transport=OddShapes(usage=usage).transport) as c:
+        codes = [(await c.post("/v1/chat/completions", json=ask)).status_code
+                 for _ in range(3)]
+    assert codes == [200, 200, 200]

@@ -46,8 +46,9 @@ class Entry:
 
     @property
     def completion_tokens(self) -> int | None:
-        value = (self.answer.get("usage") or {}).get("completion_tokens")
-        return int(value) if isinstance(value, int) else None
+        usage = self.answer.get("usage")  # an upstream's odd usage (5, "x") was a 500 at
+        value = usage.get("completion_tokens") if isinstance(usage, dict) else None  # lookup
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_json(self, events: bool = True) -> bytes:
         return orjson.dumps({
