@@ -89,6 +89,19 @@ def test_the_homes_are_bounded():
     assert len(p.homes) == 10 and "s49" in p.homes and "s0" not in p.homes
 
 
+async def test_the_homes_keep_a_digest_of_a_session_not_its_text():
+    # found by a review: the homes kept each session's own text, and a session is the body's
+    # `user` (up to PROXY_MAX_BODY_BYTES) or a header: 64 requests with distinct 1 MiB `user`
+    # fields kept 64 MiB for good (65,536 sessions: the bound was no bound on memory)
+    p, backends = policy(), pool(2)
+    for s in range(64):
+        key = await p.key(RouteRequest(session=f"{s}" + "u" * (1 << 20)))
+        assert p.choose(backends, key).affinity
+    assert sum(len(k) for k in p.homes) < 64 * 64
+    same = await p.key(RouteRequest(session="1" + "u" * (1 << 20)))  # still the same session
+    assert same in p.homes
+
+
 def test_no_session_is_least_loaded():
     p, backends = policy(), pool(2)
     backends[0].inflight = 2
