@@ -91,8 +91,8 @@ class Accumulator:
         i = choice.get("index", 0)
         if self.kind == "chat":
             delta = choice.get("delta") or {}
-            if delta.get("tool_calls") or delta.get("function_call"):
-                self.failed = True
+            if any(value for key, value in delta.items() if key not in ("role", "content")):
+                self.failed = True  # tool calls, a reasoning parser's reasoning: not folded
             text = delta.get("content")
         else:
             text = choice.get("text")

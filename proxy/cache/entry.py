@@ -105,6 +105,32 @@ def storable(answer: dict[str, Any]) -> bool:
     return isinstance(choice.get("text"), str)
 
 
+_SYNTHESIZED = frozenset({"index", "message", "text", "finish_reason", "stop_reason"})
+
+
+def synthesizable(answer: dict[str, Any]) -> bool:
+    """Whether the answer is its text alone, as far as a replay can tell: what a stream made
+    from it (sse.replay without events) or a cut of it (serve) writes is only the text, the
+    finish and stop reasons; anything else with a value in its choice or message (a reasoning
+    parser's `reasoning`, `return_token_ids`' ids) would be lost or left uncut (found by a
+    review: such hits dropped the reasoning, or kept a longer answer's token ids)."""
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    choice = choices[0]
+    if any(value for key, value in choice.items() if key not in _SYNTHESIZED):
+        return False
+    message = choice.get("message")
+    return not isinstance(message, dict) or not any(
+        value for key, value in message.items() if key not in ("role", "content"))
+
+
+def servable(answer: dict[str, Any] | None, events: Events | None, streams: bool) -> bool:
+    """A hit for this request: JSON is served as stored; a stream needs the stored chunks, or
+    an answer a stream can be made from."""
+    return answer is not None and (not streams or events is not None or synthesizable(answer))
+
+
 def _set_text(answer: dict[str, Any], text: str) -> None:
     choice = answer["choices"][0]
     if isinstance(choice.get("message"), dict):
@@ -124,7 +150,7 @@ def serve(entry: Entry, max_tokens: int | None,
     if whole(entry, max_tokens):
         answer = copy.deepcopy(entry.answer)
     elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
-            and len(entry.pieces) == used:
+            and len(entry.pieces) == used and synthesizable(entry.answer):
         text = "".join(entry.pieces[:max_tokens])
         if count is not None and count(text) != max_tokens:
             return None

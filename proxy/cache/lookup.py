@@ -22,7 +22,7 @@ from typing import Any
 from proxy.cache.claims import Claims, NoClaims
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
-from proxy.cache.entry import Entry, replayable, serve, storable
+from proxy.cache.entry import Entry, replayable, servable, serve, storable
 from proxy.cache.flight import Flight
 from proxy.cache.index import VectorIndex
 from proxy.cache.judge import Judge
@@ -135,7 +135,7 @@ class SemanticCache:
             self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
         own = Ticket(keys, req.kind, None, flight)
         try:  # the client may leave (cancelled): the flight must not stay registered
-            hit, own.vector = await self._find(keys, hook, req.exact_only)
+            hit, own.vector = await self._find(keys, hook, req.exact_only, streams)
             claimed = hit is None and await self.claims.claim(flight)
         except BaseException:
             self._release(own, False)
@@ -153,13 +153,14 @@ class SemanticCache:
         return None
 
     async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None,
-                    exact_only: bool = False) -> tuple[CacheResult | None, Vector | None]:
+                    exact_only: bool = False, streams: bool = False
+                    ) -> tuple[CacheResult | None, Vector | None]:
         entry = await self.db.get_exact(keys.exact)
         if entry is not None and entry.exact == keys.exact and entry.partition == keys.partition:
             answer = serve(entry, keys.max_tokens, self.count)
-            if answer is not None:
-                return CacheResult("hit", "exact", 1.0, answer,
-                                   events=replayable(entry, keys.max_tokens)), None
+            events = replayable(entry, keys.max_tokens)
+            if answer is not None and servable(answer, events, streams):
+                return CacheResult("hit", "exact", 1.0, answer, events=events), None
         if (self.cfg.mode != "semantic" or self.embedder is None or keys.text is None
                 or exact_only):
             return None, None
@@ -188,10 +189,11 @@ class SemanticCache:
                 pending.append((sim, cand))
         for sim, cand in await self._judged(keys.text, pending):
             answer = serve(cand, keys.max_tokens, self.count)
-            if answer is not None:
+            events = replayable(cand, keys.max_tokens)
+            if answer is not None and servable(answer, events, streams):
                 self.metrics.similarity.labels("hit").observe(sim)
                 return CacheResult("hit", "semantic", round(sim, 4), answer,
-                                   events=replayable(cand, keys.max_tokens)), vector
+                                   events=events), vector
         if best is not None:
             self.metrics.similarity.labels("miss").observe(best)
         return None, vector
