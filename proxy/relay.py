@@ -288,7 +288,13 @@ async def followed(kind: Kind, live: LiveStream, include_usage: bool) -> AsyncIt
     event re-framed as a replay is; an error event if the shared stream did not end well."""
     head = replay_head(kind)
     async for payload in live.follow():
-        ev = orjson.loads(payload)
+        try:
+            ev = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            ev = None
+        if not isinstance(ev, dict):  # as the leader's client got it (vLLM never sends one)
+            yield b"data: " + payload + b"\n\n"
+            continue
         if "error" in ev:
             yield b"data: " + payload + b"\n\n"
             return

@@ -6,8 +6,9 @@ from typing import Any
 import orjson
 from starlette.background import BackgroundTask
 
+from proxy.cache.flight import Flight
 from proxy.errors import BadGateway
-from proxy.relay import PIECE, JsonAnswer, StreamOutcome, relay_stream
+from proxy.relay import PIECE, JsonAnswer, StreamOutcome, followed, relay_stream
 from proxy.sse import Accumulator
 
 
@@ -148,3 +149,17 @@ async def test_a_json_answer_nobody_takes_is_cut_and_still_stored() -> None:
     sent, events = await answered(3 * PIECE, stall_after=2)  # headers, one piece, then stuck
     assert len(sent) == 2 and sent[1]["more_body"] is True
     assert sorted(events) == ["cut", "stored"]  # the store does not depend on the client
+
+
+async def test_a_follower_gets_an_event_that_is_not_a_json_object_as_the_leader_did() -> None:
+    # the leader's client gets every upstream event as it came; a follower parsed each one and
+    # raised on one that is not a JSON object, which ended its stream without [DONE] (a review)
+    flight = Flight()
+    first = orjson.dumps({"id": "x", "object": "chat.completion.chunk",
+                          "choices": [{"index": 0, "delta": {"content": "a"}}]})
+    flight.attach([first, b"{not json", b"5", b"[1, 2]"])
+    flight.finish(True)
+    got = [ev async for ev in followed("chat", flight, include_usage=False)]
+    assert orjson.loads(got[0].removeprefix(b"data: "))["choices"][0]["delta"]["content"] == "a"
+    assert got[1:] == [b"data: {not json\n\n", b"data: 5\n\n", b"data: [1, 2]\n\n",
+                       b"data: [DONE]\n\n"]
