@@ -1,7 +1,7 @@
 from proxy.routing.backend import Backend
 from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import RouteRequest, route_request
-from proxy.routing.session import Session
+from proxy.routing.session import RECENT, Session
 
 
 def pool(n: int) -> list[Backend]:
@@ -106,3 +106,18 @@ def test_no_session_is_least_loaded():
     p, backends = policy(), pool(2)
     backends[0].inflight = 2
     assert p.choose(backends, None).backend is backends[1]
+
+
+def test_a_home_the_session_stopped_using_drops_out():
+    # homes used to only grow: a session that spilled once kept both replicas for good and
+    # went wherever was less loaded, its affinity gone (a review)
+    p, backends = policy(), pool(2)
+    home = p.choose(backends, "alice").backend
+    home.inflight = 5
+    second = p.choose(backends, "alice").backend
+    home.inflight = 0
+    for _ in range(RECENT):  # equal loads: the first home by its ranking, every time
+        assert p.choose(backends, "alice").backend is home
+    home.inflight = 2  # penalty 0.5: a home keeps it, a non-home does not take it
+    c = p.choose(backends, "alice")
+    assert c.backend is home and c.affinity and second is not home

@@ -5,13 +5,16 @@ own sessions. Each home scores the whole affinity gain (1) minus its load penalt
 other replica minus its penalty alone; the best score wins, ties by the ranking. So a session
 spills only when its home carries about twice the idlest replica's load, and the replica it
 spilled to becomes a second home: a hot session then spreads over both by load instead of
-piling onto one (the hot-spot case), while most sessions keep one home. The homes are a bounded
-LRU over sessions. No session: least-loaded."""
+piling onto one (the hot-spot case), while most sessions keep one home. A session's homes are
+the replicas among its last RECENT picks, so a home it stopped using (its KV cache long gone)
+drops out and a session that spilled once returns to one home (a review: homes only grew, and
+under long imbalance a session ended up homed everywhere, with no affinity left). The sessions
+are a bounded LRU. No session: least-loaded."""
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from hashlib import blake2b
 
@@ -20,6 +23,9 @@ from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import Choice, RouteRequest
 from proxy.routing.rendezvous import rank
+
+
+RECENT = 8  # a session's homes: the replicas among its last RECENT picks
 
 
 class Session:
@@ -31,7 +37,7 @@ class Session:
         self.guard = guard
         self.clock = clock
         self.capacity = capacity
-        self.homes: OrderedDict[str, set[str]] = OrderedDict()
+        self.homes: OrderedDict[str, deque[str]] = OrderedDict()
         self.fallback = LeastLoaded(clock)
 
     async def key(self, request: RouteRequest | None) -> object:
@@ -48,7 +54,7 @@ class Session:
             return self.fallback.choose(candidates, None)
         places = rank(key, candidates)
         owner = min(range(len(candidates)), key=lambda i: places[i])
-        known = self.homes.get(key, set())
+        known = self.homes.get(key) or deque(maxlen=RECENT)
         homes = {i for i, b in enumerate(candidates) if b.url in known} or {owner}
         penalties = self.guard.penalties(self.guard.loads(candidates, self.clock()))
         best = max(range(len(candidates)), key=lambda i: (
@@ -59,8 +65,9 @@ class Session:
         return Choice(chosen, affinity=best in homes,
                       spilled_from=None if best in homes else candidates[first])
 
-    def _remember(self, key: str, known: set[str], url: str) -> None:
-        self.homes[key] = known | {url}
+    def _remember(self, key: str, recent: deque[str], url: str) -> None:
+        recent.append(url)
+        self.homes[key] = recent
         self.homes.move_to_end(key)
         while len(self.homes) > self.capacity:
             self.homes.popitem(last=False)
