@@ -24,7 +24,6 @@ from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import Choice, RouteRequest
 from proxy.routing.rendezvous import rank
 
-
 RECENT = 8  # a session's homes: the replicas among its last RECENT picks
 
 
