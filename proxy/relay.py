@@ -196,15 +196,18 @@ class JsonAnswer(Response):
 
     def __init__(self, content: bytes, headers: Mapping[str, str] | None = None, *,
                  background: BackgroundTask | None = None, send_timeout: float | None = None,
-                 on_send_timeout: Callable[[], None] | None = None) -> None:
+                 on_send_timeout: Callable[[], None] | None = None,
+                 on_sent: Callable[[bool], None] | None = None) -> None:
         super().__init__(content, headers=headers, media_type=JSON, background=background)
         self._send_timeout = send_timeout
         self._on_send_timeout = on_send_timeout
+        self._on_sent = on_sent  # once, when the sending ends: True if all of it went
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         work = None if self.background is None else asyncio.ensure_future(self.background())
         bounded = within(send, self._send_timeout)
         body = self.body
+        sent = False
         try:
             await bounded({"type": "http.response.start", "status": self.status_code,
                            "headers": self.raw_headers})
@@ -215,10 +218,13 @@ class JsonAnswer(Response):
                 at += PIECE
                 if at >= len(body):
                     break
+            sent = True
         except TimeoutError:
             if self._on_send_timeout is not None:
                 self._on_send_timeout()
         finally:
+            if self._on_sent is not None:
+                self._on_sent(sent)
             if work is not None:
                 await asyncio.shield(work)  # a cancelled caller (shutdown) leaves it running
 

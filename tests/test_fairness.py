@@ -75,8 +75,17 @@ def test_a_json_answer_nobody_reads_is_cut_and_let_go() -> None:
             closing, held = held_for(proxy, sock)
             assert closing  # the proxy has let the connection go ...
             assert held < 1 << 20, held  # ... and holds at most a piece of the answer for it
+            # ... and counts it as cut, once the sending ended (it was a 200 before it went)
+            assert requests_with_status(proxy, "499") == 1
+            assert requests_with_status(proxy, "200") == 0
         finally:
             sock.close()
+
+
+def requests_with_status(proxy: Served, status: str) -> float:
+    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("proxy_requests_total{") and f'status="{status}"' in line)
 
 
 def test_one_keys_stuck_streams_leave_room_for_another_key() -> None:
