@@ -86,6 +86,7 @@ class Upstream:
                 if isinstance(exc, UpstreamUnavailable | BadGateway) or wait is not None:
                     # refused, or dropped before any answer: down for the back-off, next one
                     self.balancer.mark_down(backend, str(exc))
+                    self.balancer.policy.refused(choice, key)
                     continue
                 raise
             except BaseException:
@@ -107,6 +108,7 @@ class Upstream:
                 # died; the probe marks it down): it answers fast, so least-loaded would keep
                 # choosing it (found by a review: 55 of 60 requests failed); this request,
                 # which it never ran, goes to the next one
+                self.balancer.policy.refused(choice, key)
                 last = failed
                 continue
             raise failed

@@ -126,3 +126,18 @@ async def test_a_hot_prefix_under_load_ends_up_balanced():
             active.append((tick + 6, b))
     counts = sorted(served.values())
     assert counts[1] / counts[0] <= 1.5, served
+
+
+async def test_a_replica_that_refused_forgets_the_chain_it_was_given():
+    # a review: the chain stayed recorded on a replica that refused the connection (or whose
+    # engine died), so once that replica was back the prompt went there, to an empty cache
+    p = Prefix(block_size=4, capacity=1000, guard=LoadGuard(), clock=lambda: 0.0)
+    a, b = Backend("http://a"), Backend("http://b")
+    key = await p.key(RouteRequest(tokens=list(range(40))))
+    first = p.choose([a, b], key)
+    p.refused(first, key)
+    other = (first.backend is a and b) or a
+    second = p.choose([other], key)  # the retry: the other replica takes the chain
+    assert second.backend is other
+    assert p.blocks_of(first.backend).matched(key) == 0
+    assert p.choose([a, b], key).backend is other  # both up again: where the chain is

@@ -121,3 +121,15 @@ def test_a_home_the_session_stopped_using_drops_out():
     home.inflight = 2  # penalty 0.5: a home keeps it, a non-home does not take it
     c = p.choose(backends, "alice")
     assert c.backend is home and c.affinity and second is not home
+
+
+def test_a_replica_that_refused_is_not_kept_as_a_home():
+    p, backends = policy(), pool(2)
+    home = p.choose(backends, "alice").backend
+    home.inflight = 5
+    spilled = p.choose(backends, "alice")
+    p.refused(spilled, "alice")  # the replica it spilled to refused the connection
+    home.inflight = 0
+    other = next(b for b in backends if b is not home)
+    other.inflight, home.inflight = 0, 2  # penalty 0.5: only a home keeps the session
+    assert spilled.backend is other and p.choose(backends, "alice").backend is home

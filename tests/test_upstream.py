@@ -116,3 +116,28 @@ async def test_a_failing_health_probe_marks_down():
     up = Upstream(transport, Balancer((A,), backoff=60), Metrics())
     assert not await up.probe(up.balancer.backends[0])
     assert up.balancer.state()[0]["state"] == "down"
+
+
+async def test_a_refused_replica_is_told_to_the_policy():
+    from proxy.routing.protocol import Choice, RouteRequest
+
+    told: list[tuple[str, object]] = []
+
+    class Spy:
+        name, wants_tokens = "spy", False
+
+        async def key(self, request: object) -> object:
+            return "k"
+
+        def choose(self, candidates: list, key: object) -> Choice:
+            return Choice(candidates[0])
+
+        def refused(self, choice: Choice, key: object) -> None:
+            told.append((choice.backend.url, key))
+
+    fake = FakeVllm(connect_error={A})
+    up = Upstream(fake.transport, Balancer((A, B), backoff=60, policy=Spy()), Metrics())
+    stream = await up.open("POST", "/v1/completions", b'{"model": "tiny", "prompt": "x"}',
+                           route=RouteRequest())
+    await stream.aclose()
+    assert told == [(A, "k")] and stream.backend.url == B

@@ -48,6 +48,9 @@ class Reported:
     def add(self, hashes: Sequence[int]) -> None:
         self.recent.add(hashes)
 
+    def discard(self, hashes: Sequence[int]) -> None:
+        self.recent.discard(hashes)  # only our guess: what vLLM reports, it reports removed
+
     def stored(self, vllm_hashes: Sequence[object], parent: object, tokens: Sequence[int],
                block_size: int) -> None:
         if block_size != self.block_size:

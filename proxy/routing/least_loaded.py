@@ -25,6 +25,9 @@ class LeastLoaded:
     def choose(self, candidates: Sequence[Backend], key: object) -> Choice:
         return Choice(self.pick(candidates))
 
+    def refused(self, choice: Choice, key: object) -> None:
+        pass  # nothing recorded
+
     def pick(self, candidates: Sequence[Backend]) -> Backend:
         now = self.clock()
         loads = [load(b, now) for b in candidates]

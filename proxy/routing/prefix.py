@@ -31,6 +31,8 @@ class Blocks(Protocol):
 
     def add(self, hashes: Sequence[int]) -> None: ...
 
+    def discard(self, hashes: Sequence[int]) -> None: ...
+
 
 class BlockSet:
     """A bounded LRU set of block hashes: what one replica probably still has cached."""
@@ -98,3 +100,10 @@ class Prefix:
         most = max(range(len(candidates)), key=lambda i: (matched[i], -order[i]))
         spilled = candidates[most] if matched[most] > matched[best] else None
         return Choice(chosen, affinity=matched[best] > 0, spilled_from=spilled)
+
+    def refused(self, choice: Choice, key: object) -> None:
+        """The replica did not take the chain (or lost its cache with its engine): forget it
+        there, or the chain would keep pulling the prompt back to a replica that holds none of
+        it once that one is up again (a review)."""
+        if isinstance(key, list) and key:
+            self.blocks_of(choice.backend).discard(key)

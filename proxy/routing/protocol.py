@@ -1,5 +1,5 @@
 """The seam between the balancer and a routing policy: what a request tells the router, what
-the router answers, and the two calls every policy implements."""
+the router answers, and the three calls every policy implements."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ class Policy(Protocol):
     def choose(self, candidates: Sequence[Backend], key: object) -> Choice:
         """The healthy candidates (never empty) and the key: which one serves the request.
         Called again, with fewer candidates, when the chosen one refuses the connection."""
+        ...
+
+    def refused(self, choice: Choice, key: object) -> None:
+        """The chosen replica refused the connection, dropped it before answering, or its
+        engine died: what choose recorded there for this key is not so (its KV cache may be
+        gone); the request goes to another replica, which choose records in turn."""
         ...
 
 

@@ -64,6 +64,13 @@ class Session:
         return Choice(chosen, affinity=best in homes,
                       spilled_from=None if best in homes else candidates[first])
 
+    def refused(self, choice: Choice, key: object) -> None:
+        """The pick did not take: not a home (a review: a replica that refused the connection
+        was kept as one)."""
+        recent = self.homes.get(key) if isinstance(key, str) else None
+        if recent and recent[-1] == choice.backend.url:
+            recent.pop()
+
     def _remember(self, key: str, recent: deque[str], url: str) -> None:
         recent.append(url)
         self.homes[key] = recent
