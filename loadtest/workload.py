@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import math
@@ -155,12 +156,17 @@ def repeat_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Reques
     ratio, s = float(cfg.cache.get("repeat", 0.3)), float(cfg.cache.get("zipf", 1.0))
     fresh = random_stream(cfg, tok)
     sent: list[Request] = []
+    texts: set[bytes] = set()  # a fresh prompt must be new: token runs can decode alike
     for i in itertools.count():
         if sent and rng.random() < ratio:
             first = sent[zipf_pick(rng, list(range(len(sent))), s)]
             yield dataclasses.replace(first, index=i, kind="repeat")
             continue
-        new = dataclasses.replace(next(fresh), index=i, canonical_id=f"p{i}", kind="new")
+        req = next(fresh)
+        while (digest := hashlib.blake2b(req.prompt.encode(), digest_size=16).digest()) in texts:
+            req = next(fresh)
+        texts.add(digest)
+        new = dataclasses.replace(req, index=i, canonical_id=f"p{i}", kind="new")
         sent.append(new)
         yield new
 

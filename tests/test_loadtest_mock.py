@@ -124,3 +124,14 @@ def test_repeats_give_intervals_end_to_end(mock_url, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Over 3 repeats" in printed
     assert "repeat 3/3 (seed 2)" in printed  # each repeat its own sample of the workload
+
+
+def test_the_mock_gives_each_prompt_its_own_answer():
+    # a hit is judged by its text: two prompts sharing an answer made right hits look wrong
+    from loadtest.mock import MockServer
+
+    mock = MockServer()
+    answers = {" ".join(mock.answer(f"prompt {i}", 16)) for i in range(500)}
+    assert len(answers) == 500
+    assert mock.answer("prompt 7", 16) == mock.answer("prompt 7", 16)
+    assert mock.answer("prompt 7", 4) == mock.answer("prompt 7", 16)[:4]

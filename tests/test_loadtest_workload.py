@@ -53,6 +53,16 @@ def test_repeat_workload_holds_its_repeat_ratio_and_resends_whole_requests():
     assert [r.prompt for r in take(other, 5)] != [r.prompt for r in reqs[:5]]
 
 
+def test_repeat_workload_never_sends_a_fresh_prompt_twice_with_a_tokenizer():
+    # the tiny tokenizer decodes some token runs to the same text (byte tokens -> U+FFFD):
+    # a "new" prompt equal to an earlier one was an exact-cache hit the judge then called wrong
+    tok = HFTokenizer(str(ensure_tiny_model()))
+    cfg = WorkloadConfig(name="repeat", seed=0, input_len=64, output_len=64, range_ratio=0.33,
+                         ignore_eos=True, cache={"repeat": 0.6, "zipf": 1.0})
+    new = [r.prompt for r in take(cfg, 300, tok) if r.kind == "new"]
+    assert len(new) > 100 and len(set(new)) == len(new)
+
+
 def test_prefix_workload_shares_prefixes():
     cfg = WorkloadConfig(name="prefix", prefix_len=30, suffix_len=5, num_prefixes=2)
     reqs = take(cfg, 20)
