@@ -11,6 +11,13 @@ own share of the entries.
 
     python -m bench.fullstack_gpu --model /root/model --results /root/fullstack --ratios 0.3,0.6
     python -m bench.fullstack_gpu --results DIR --report     # the table again
+
+`--profiles A,B` gives GPU 0 and GPU 1 their own vLLM profile (e.g. baseline beside a tuned
+one): repeat a ratio (`--ratios 0.6,0.6`) and the second round swaps the targets, so the four
+sweeps are the 2 x 2 of {vLLM alone, full stack} x {profile A, profile B} and the cache's gain
+is told apart from the backend's. Folders are then `r<ratio>-<target>-<profile>`.
+`--proxy-workers N --redis-url URL` runs the proxy with N workers sharing one cache in Redis
+(one worker alone is a relay limit past ~60 req/s of 384-token streams).
 """
 
 from __future__ import annotations
@@ -30,9 +37,13 @@ from bench.procs import PY, REPO
 TARGETS = ("direct", "fullstack")
 
 
+def name(ratio: float, target: str, profile: str, tagged: bool) -> str:
+    return f"r{ratio:g}-{target}" + (f"-{profile}" if tagged else "")
+
+
 def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: str,
-          gpu: int, seed: int) -> None:
-    out = a.results / f"r{ratio:g}-{target}"
+          gpu: int, seed: int, folder: str) -> None:
+    out = a.results / folder
     cmd = [PY, "-m", "loadtest", "sweep", "--target", url, "--model", a.served_name,
            "--tokenizer", a.model, "--workload", "repeat", "--repeat-ratio", f"{ratio:g}",
            "--zipf", "1.0", "--input-len", "384", "--output-len", "384", "--range-ratio", "0.33",
@@ -40,8 +51,8 @@ def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: s
            "--factor", "1.5", "--max-rate", "400", "--point-duration", f"{a.point_s:g}",
            "--warmup-seconds", f"{a.warm_s:g}", "--slo", a.slo, "--bisect-steps",
            str(a.bisect_steps), "--workers", "auto", "--backend-url", backend, "--no-progress",
-           "--label", f"{target} r{ratio:g} gpu{gpu}", "--seed", str(seed), "--out", str(out)]
-    with open(a.results / f"r{ratio:g}-{target}.log", "w") as log:
+           "--label", f"{folder} gpu{gpu}", "--seed", str(seed), "--out", str(out)]
+    with open(a.results / f"{folder}.log", "w") as log:
         subprocess.run(cmd, cwd=REPO, check=False, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -54,43 +65,56 @@ def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
     return {}
 
 
+def sweeps(results: Path) -> list[dict[str, Any]]:
+    """Every finished sweep: ratio, target, profile (folders without one: `baseline`)."""
+    found = []
+    for path in sorted(results.glob("r*-*/sweep.json")):
+        ratio, target, *rest = path.parent.name[1:].split("-", 2)
+        if target not in TARGETS:
+            continue
+        s = json.loads(path.read_text())
+        # bounded: some rate tried missed the SLO (sweeps before the flag: from the points)
+        bounded = s.get("goodput_bounded", any(not p["meets_slo"] for p in s.get("points", [])))
+        found.append({"ratio": ratio, "target": target, "profile": rest[0] if rest else "baseline",
+                      **{k: s.get(k) for k in ("goodput_rate", "knee_rate", "saturation_rate")},
+                      "goodput_bounded": bounded,
+                      "cache": point_cache(path.parent, s.get("goodput_rate"))})
+    return found
+
+
+def goodput(row: dict[str, Any]) -> str:
+    return f"{'' if row['goodput_bounded'] else '≥ '}{row['goodput_rate']}"
+
+
 def report(a: argparse.Namespace) -> str:
     lines = [f"SLO {a.slo}; goodput = the highest offered rate (req/s) whose "
              f"{a.point_s:g} s window met it (≥: no rate tried missed the SLO, a lower bound); "
              "ratio = full stack / vLLM alone", "",
-             "| repeat ratio | target | goodput req/s | knee req/s | saturated at | "
-             "hit rate at goodput | wrong cached answers |", "|---|---|---|---|---|---|---|"]
-    summary: dict[str, Any] = {}
-    for folder in sorted(a.results.glob("r*-direct")):
-        ratio = folder.name[1:].split("-")[0]
-        row: dict[str, Any] = {}
-        for target in TARGETS:
-            path = a.results / f"r{ratio}-{target}" / "sweep.json"
-            if not path.exists():
-                continue
-            s = json.loads(path.read_text())
-            cache = point_cache(path.parent, s.get("goodput_rate"))
-            # bounded: some rate tried missed the SLO (sweeps before the flag: from the points)
-            bounded = s.get("goodput_bounded",
-                            any(not p["meets_slo"] for p in s.get("points", [])))
-            row[target] = {**{k: s.get(k) for k in ("goodput_rate", "knee_rate",
-                                                    "saturation_rate")},
-                           "goodput_bounded": bounded, "cache": cache}
-            hit = f"{cache['hit_share']:.2f}" if "hit_share" in cache else "–"
-            wrong = cache.get("wrong_cached_answers", "–")
-            good = f"{'' if bounded else '≥ '}{s.get('goodput_rate')}"
-            lines.append(f"| {ratio} | {target} | {good} | {s.get('knee_rate')} | "
-                         f"{s.get('saturation_rate')} | {hit} | {wrong} |")
-        g = [row.get(t, {}).get("goodput_rate") for t in TARGETS]
-        if all(g):
-            exact = [row[t]["goodput_bounded"] for t in TARGETS]
-            mark = {(True, True): "", (True, False): "≥ ", (False, True): "≤ "}.get(
-                (exact[0], exact[1]), "? ")  # a lower bound above or below the line
-            row["goodput_ratio"] = g[1] / g[0]
-            row["goodput_ratio_is"] = {"": "exact", "≥ ": "a lower bound",
-                                       "≤ ": "an upper bound", "? ": "unknown"}[mark]
-            lines.append(f"| {ratio} | **ratio** | **{mark}{g[1] / g[0]:.2f}×** | | | | |")
-        summary[ratio] = row
+             "| repeat ratio | target | vLLM profile | goodput req/s | knee req/s | saturated at | "
+             "hit rate at goodput | wrong cached answers |", "|---|---|---|---|---|---|---|---|"]
+    rows = sweeps(a.results)
+    for r in rows:
+        cache = r["cache"]
+        hit = f"{cache['hit_share']:.2f}" if "hit_share" in cache else "–"
+        lines.append(f"| {r['ratio']} | {r['target']} | {r['profile']} | {goodput(r)} | "
+                     f"{r['knee_rate']} | {r['saturation_rate']} | {hit} | "
+                     f"{cache.get('wrong_cached_answers', '–')} |")
+    lines += ["", "| repeat ratio | full stack (profile) | vLLM alone (profile) | goodput ratio |",
+              "|---|---|---|---|"]
+    summary: dict[str, Any] = {"sweeps": rows, "ratios": []}
+    for full in (r for r in rows if r["target"] == "fullstack" and r["goodput_rate"]):
+        for alone in (r for r in rows if r["target"] == "direct" and r["ratio"] == full["ratio"]
+                      and r["goodput_rate"]):
+            exact = (alone["goodput_bounded"], full["goodput_bounded"])
+            mark = {(True, True): "", (True, False): "≥ ", (False, True): "≤ "}.get(exact, "? ")
+            value = full["goodput_rate"] / alone["goodput_rate"]
+            summary["ratios"].append({
+                "ratio": full["ratio"], "fullstack_profile": full["profile"],
+                "direct_profile": alone["profile"], "goodput_ratio": value,
+                "goodput_ratio_is": {"": "exact", "≥ ": "a lower bound", "≤ ": "an upper bound",
+                                     "? ": "unknown"}[mark]})
+            lines.append(f"| {full['ratio']} | {goodput(full)} ({full['profile']}) | "
+                         f"{goodput(alone)} ({alone['profile']}) | **{mark}{value:.2f}×** |")
     (a.results / "summary.json").write_text(json.dumps(summary, indent=1))
     text = "\n".join(lines) + "\n"
     (a.results / "summary.md").write_text(text)
@@ -109,11 +133,11 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
         if not s:
             continue
         pts = sorted(s["points"], key=lambda p: p["achieved_rate"] or 0)
-        ratio, target = folder.name[1:].split("-", 1)
+        ratio, target, *profile = folder.name[1:].split("-", 2)
         ax.plot([p["achieved_rate"] for p in pts], [p["p99_ttft_ms"] for p in pts],
                 marker="o", linestyle="-" if target == "fullstack" else "--",
                 label=f"{'proxy + exact cache' if target == 'fullstack' else 'vLLM alone'}, "
-                      f"{float(ratio):.0%} repeats")
+                      f"{float(ratio):.0%} repeats" + (f", {profile[0]}" if profile else ""))
     slo = dict(item.split(":") for item in a.slo.split(","))
     if "ttft_p99" in slo:
         ax.axhline(float(slo["ttft_p99"]), color="grey", linewidth=0.8)
@@ -134,10 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fullstack_gpu", description=__doc__)
     p.add_argument("--model", default="/root/model")
     p.add_argument("--served-name", default="model")
-    p.add_argument("--profile", default="baseline", help="both vLLMs' deploy profile")
+    p.add_argument("--profiles", default="baseline,baseline",
+                   help="the vLLM profile on GPU 0 and on GPU 1 (one name: both)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="GPU:KEY=VALUE",
+                   help="a vLLM flag for one GPU's server (deploy backend --set), repeatable")
+    p.add_argument("--proxy-workers", type=int, default=1)
+    p.add_argument("--redis-url", default=None,
+                   help="the proxies' shared answer cache (needed for --proxy-workers > 1)")
     p.add_argument("--results", type=Path, required=True)
     p.add_argument("--ratios", default="0.3,0.6",
-                   help="shares of exact repeats, one sweep pair each")
+                   help="shares of exact repeats, one sweep pair (round) each; the targets "
+                        "swap GPUs every round")
     p.add_argument("--slo", default="ttft_p99:1000,tpot_p99:50")
     p.add_argument("--start-rate", type=float, default=8.0)
     p.add_argument("--point-s", type=float, default=30.0, help="measured window per point")
@@ -147,35 +178,48 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", type=Path, default=None, help="also write this PNG")
     a = p.parse_args(argv)
     a.results.mkdir(parents=True, exist_ok=True)
+    profiles = (a.profiles.split(",") * 2)[:2]
+    if a.proxy_workers > 1 and not a.redis_url:
+        p.error("--proxy-workers > 1 needs --redis-url (each worker would hold its own cache)")
     if not a.report:
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(2) as pool:
-            backends = [f.result() for f in [pool.submit(vllm, a, g) for g in range(2)]]
-        print(f"vLLMs up after {time.monotonic() - t0:.0f} s", flush=True)
-        proxies = [proxy(a, v.url, 8300 + g, 1, "exact") for g, v in enumerate(backends)]
-        try:
-            for k, ratio in enumerate(float(r) for r in a.ratios.split(",")):
-                t0 = time.monotonic()
-                urls = [{"direct": v.url, "fullstack": px.url}
-                        for v, px in zip(backends, proxies, strict=True)]
-                order = TARGETS if k % 2 == 0 else TARGETS[::-1]  # target on GPU 0, GPU 1
-                # both targets get the same prompts (seed); each ratio its own (100 k)
-                with ThreadPoolExecutor(2) as pool:
-                    for f in [pool.submit(sweep, a, ratio, t, urls[g][t], backends[g].url, g,
-                                          100 * k)
-                              for g, t in enumerate(order)]:
-                        f.result()
-                print(f"ratio {ratio:g}: {order[0]} on GPU 0, {order[1]} on GPU 1 in "
-                      f"{time.monotonic() - t0:.0f} s", flush=True)
-        finally:
-            for px in proxies:
-                px.stop()
-            for v in backends:
-                v.stop()
+        run(a, profiles)
     sys.stdout.write(report(a))
     if a.plot:
         print(f"wrote {plot(a, a.plot)}")
     return 0
+
+
+def run(a: argparse.Namespace, profiles: list[str]) -> None:
+    tagged = a.profiles != "baseline,baseline"
+    sets = [[s.split(":", 1)[1] for s in a.sets if s.split(":", 1)[0] == str(g)] for g in (0, 1)]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        backends = [f.result() for f in [
+            pool.submit(vllm, argparse.Namespace(**{**vars(a), "profile": profiles[g]}), g,
+                        sets[g]) for g in range(2)]]
+    print(f"vLLMs up after {time.monotonic() - t0:.0f} s ({profiles[0]} on GPU 0, "
+          f"{profiles[1]} on GPU 1)", flush=True)
+    proxies = [proxy(a, v.url, 8300 + g, a.proxy_workers, "exact", a.redis_url, f"gpu{g}")
+               for g, v in enumerate(backends)]
+    try:
+        for k, ratio in enumerate(float(r) for r in a.ratios.split(",")):
+            t0 = time.monotonic()
+            urls = [{"direct": v.url, "fullstack": px.url}
+                    for v, px in zip(backends, proxies, strict=True)]
+            order = TARGETS if k % 2 == 0 else TARGETS[::-1]  # target on GPU 0, GPU 1
+            # both targets of a round get the same prompts (seed); each round its own (100 k)
+            with ThreadPoolExecutor(2) as pool:
+                for f in [pool.submit(sweep, a, ratio, t, urls[g][t], backends[g].url, g,
+                                      100 * k, name(ratio, t, profiles[g], tagged))
+                          for g, t in enumerate(order)]:
+                    f.result()
+            print(f"ratio {ratio:g}: {order[0]} on GPU 0, {order[1]} on GPU 1 in "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+    finally:
+        for px in proxies:
+            px.stop()
+        for v in backends:
+            v.stop()
 
 
 if __name__ == "__main__":

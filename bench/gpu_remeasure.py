@@ -52,17 +52,20 @@ def slots(chosen: list[int], repeat: int) -> list[tuple[int, int]]:
     return [(chosen[0], chosen[1]) if repeat % 2 == 0 else (chosen[1], chosen[0])]
 
 
-def vllm(a: argparse.Namespace, gpu: int) -> Proc:
+def vllm(a: argparse.Namespace, gpu: int, sets: list[str] | None = None) -> Proc:
     port = 8101 + gpu
+    extra = [arg for kv in sets or [] for arg in ("--set", kv)]
     return Proc(f"vllm-gpu{gpu}", [PY, "-m", "deploy", "backend", "--profile", a.profile,
                                    "--model", a.model, "--port", str(port), "--host",
-                                   "127.0.0.1"],
+                                   "127.0.0.1", *extra],
                 f"http://127.0.0.1:{port}", env={"CUDA_VISIBLE_DEVICES": str(gpu)},
                 ready_path="/health", timeout=1200)
 
 
-def proxy(a: argparse.Namespace, upstream: str, port: int, workers: int, cache: str) -> Proc:
-    env = {"PROXY_UPSTREAM": upstream, "PROXY_PORT": str(port), "PROXY_CACHE": cache,
+def proxy(a: argparse.Namespace, upstream: str, port: int, workers: int, cache: str,
+          redis_url: str | None = None, prefix: str = "vsp") -> Proc:
+    shared = {"PROXY_REDIS_URL": redis_url, "PROXY_CACHE_REDIS_PREFIX": prefix} if redis_url else {}
+    env = {**shared, "PROXY_UPSTREAM": upstream, "PROXY_PORT": str(port), "PROXY_CACHE": cache,
            "PROXY_WORKERS": str(workers), "PROXY_TOKENIZER": a.model,
            "PROXY_MAX_INPUT_TOKENS": "3500", "PROXY_MAX_OUTPUT_TOKENS": "1024",
            "PROXY_MAX_INFLIGHT": "4096", "PROXY_MAX_WAITING": "4096",

@@ -7,8 +7,8 @@ import json
 from bench.fullstack_gpu import report
 
 
-def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True):
-    folder = tmp_path / f"r{ratio}-{target}"
+def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True, profile=None):
+    folder = tmp_path / (f"r{ratio}-{target}" + (f"-{profile}" if profile else ""))
     folder.mkdir()
     (folder / "sweep.json").write_text(json.dumps(
         {"goodput_rate": goodput, "knee_rate": goodput * 1.5, "saturation_rate": goodput * 2.25,
@@ -27,12 +27,12 @@ def test_goodput_ratio_and_the_hit_rate_at_the_goodput_point(tmp_path):
     write(tmp_path, "0.6", "direct", 18.0)  # its full-stack sweep never finished
     a = argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0)
     text = report(a)
-    assert "| 0.3 | fullstack | 27.0 | 40.5 | 60.75 | 0.30 | 0 |" in text
-    assert "| 0.3 | **ratio** | **1.35×** |" in text
-    assert "| 0.6 | direct | 18.0 |" in text and "0.6 | **ratio**" not in text
+    assert "| 0.3 | fullstack | baseline | 27.0 | 40.5 | 60.75 | 0.30 | 0 |" in text
+    assert "| 0.3 | 27.0 (baseline) | 20.0 (baseline) | **1.35×** |" in text
+    assert "| 0.6 | direct | baseline | 18.0 |" in text and "| 0.6 | 18.0" not in text
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["0.3"]["goodput_ratio"] == 1.35 and "goodput_ratio" not in summary["0.6"]
-    assert summary["0.3"]["goodput_ratio_is"] == "exact"
+    assert [(r["ratio"], r["goodput_ratio"], r["goodput_ratio_is"]) for r in summary["ratios"]] \
+        == [("0.3", 1.35, "exact")]
 
 
 def test_a_goodput_no_missed_rate_bounds_makes_the_ratio_a_bound(tmp_path):
@@ -41,5 +41,20 @@ def test_a_goodput_no_missed_rate_bounds_makes_the_ratio_a_bound(tmp_path):
     write(tmp_path, "0.6", "direct", 37.0)
     write(tmp_path, "0.6", "fullstack", 60.0, hit_share=0.59, bounded=False)
     text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0))
-    assert "| 0.3 | direct | ≥ 27.0 |" in text and "**≤ 1.85×**" in text
-    assert "| 0.6 | fullstack | ≥ 60.0 |" in text and "**≥ 1.62×**" in text
+    assert "| 0.3 | direct | baseline | ≥ 27.0 |" in text and "**≤ 1.85×**" in text
+    assert "| 0.6 | fullstack | baseline | ≥ 60.0 |" in text and "**≥ 1.62×**" in text
+
+
+def test_profiles_make_a_two_by_two_and_every_full_stack_is_set_against_every_alone(tmp_path):
+    # round 1: alone on GPU 0 (baseline), full stack on GPU 1 (tuned); round 2 swapped
+    write(tmp_path, "0.6", "direct", 36.0, profile="baseline")
+    write(tmp_path, "0.6", "fullstack", 120.0, hit_share=0.6, profile="tuned")
+    write(tmp_path, "0.6", "direct", 45.0, profile="tuned")
+    write(tmp_path, "0.6", "fullstack", 90.0, hit_share=0.6, bounded=False, profile="baseline")
+    text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0))
+    assert "| 0.6 | direct | tuned | 45.0 |" in text
+    assert "| 0.6 | 120.0 (tuned) | 36.0 (baseline) | **3.33×** |" in text
+    assert "| 0.6 | 120.0 (tuned) | 45.0 (tuned) | **2.67×** |" in text
+    assert "| 0.6 | ≥ 90.0 (baseline) | 36.0 (baseline) | **≥ 2.50×** |" in text
+    ratios = json.loads((tmp_path / "summary.json").read_text())["ratios"]
+    assert len(ratios) == 4 and {r["fullstack_profile"] for r in ratios} == {"baseline", "tuned"}
