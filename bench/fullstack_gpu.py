@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -35,10 +36,17 @@ from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
 
 TARGETS = ("direct", "fullstack")
+FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
+                    r"(?:-(?P<profile>.+?))?(?:\.(?P<repeat>\d+))?")
 
 
-def name(ratio: float, target: str, profile: str, tagged: bool) -> str:
-    return f"r{ratio:g}-{target}" + (f"-{profile}" if tagged else "")
+def name(results: Path, ratio: float, target: str, profile: str, tagged: bool) -> str:
+    """The sweep's folder; a second sweep of the same ratio, target and profile gets `.2`."""
+    base = f"r{ratio:g}-{target}" + (f"-{profile}" if tagged else "")
+    n = 1
+    while (results / (base + (f".{n}" if n > 1 else ""))).exists():
+        n += 1
+    return base + (f".{n}" if n > 1 else "")
 
 
 def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: str,
@@ -69,13 +77,15 @@ def sweeps(results: Path) -> list[dict[str, Any]]:
     """Every finished sweep: ratio, target, profile (folders without one: `baseline`)."""
     found = []
     for path in sorted(results.glob("r*-*/sweep.json")):
-        ratio, target, *rest = path.parent.name[1:].split("-", 2)
-        if target not in TARGETS:
+        m = FOLDER.fullmatch(path.parent.name)  # r0.6-direct, r0.6-fullstack-tuned.2
+        if not m:
             continue
+        ratio, target, profile, repeat = m.group("ratio", "target", "profile", "repeat")
         s = json.loads(path.read_text())
         # bounded: some rate tried missed the SLO (sweeps before the flag: from the points)
         bounded = s.get("goodput_bounded", any(not p["meets_slo"] for p in s.get("points", [])))
-        found.append({"ratio": ratio, "target": target, "profile": rest[0] if rest else "baseline",
+        profile = (profile or "baseline") + (f" #{repeat}" if repeat else "")
+        found.append({"ratio": ratio, "target": target, "profile": profile,
                       **{k: s.get(k) for k in ("goodput_rate", "knee_rate", "saturation_rate")},
                       "goodput_bounded": bounded,
                       "cache": point_cache(path.parent, s.get("goodput_rate"))})
@@ -133,7 +143,11 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
         if not s:
             continue
         pts = sorted(s["points"], key=lambda p: p["achieved_rate"] or 0)
-        ratio, target, *profile = folder.name[1:].split("-", 2)
+        m = FOLDER.fullmatch(folder.name)
+        if not m:
+            continue
+        ratio, target = m.group("ratio", "target")
+        profile = [folder.name.split("-", 2)[2]] if m.group("profile") else []
         ax.plot([p["achieved_rate"] for p in pts], [p["p99_ttft_ms"] for p in pts],
                 marker="o", linestyle="-" if target == "fullstack" else "--",
                 label=f"{'proxy + exact cache' if target == 'fullstack' else 'vLLM alone'}, "
@@ -210,7 +224,7 @@ def run(a: argparse.Namespace, profiles: list[str]) -> None:
             # both targets of a round get the same prompts (seed); each round its own (100 k)
             with ThreadPoolExecutor(2) as pool:
                 for f in [pool.submit(sweep, a, ratio, t, urls[g][t], backends[g].url, g,
-                                      100 * k, name(ratio, t, profiles[g], tagged))
+                                      100 * k, name(a.results, ratio, t, profiles[g], tagged))
                           for g, t in enumerate(order)]:
                     f.result()
             print(f"ratio {ratio:g}: {order[0]} on GPU 0, {order[1]} on GPU 1 in "

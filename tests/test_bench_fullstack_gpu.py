@@ -58,3 +58,20 @@ def test_profiles_make_a_two_by_two_and_every_full_stack_is_set_against_every_al
     assert "| 0.6 | ≥ 90.0 (baseline) | 36.0 (baseline) | **≥ 2.50×** |" in text
     ratios = json.loads((tmp_path / "summary.json").read_text())["ratios"]
     assert len(ratios) == 4 and {r["fullstack_profile"] for r in ratios} == {"baseline", "tuned"}
+
+
+def test_a_repeated_sweep_gets_its_own_folder_and_row(tmp_path):
+    from bench.fullstack_gpu import name
+
+    (tmp_path / "r0.6-direct-baseline").mkdir()
+    assert name(tmp_path, 0.6, "direct", "baseline", True) == "r0.6-direct-baseline.2"
+    assert name(tmp_path, 0.6, "fullstack", "baseline", True) == "r0.6-fullstack-baseline"
+    assert name(tmp_path, 0.6, "direct", "baseline", False) == "r0.6-direct"
+    (tmp_path / "r0.6-direct-baseline").rmdir()
+    write(tmp_path, "0.6", "direct", 36.0, profile="baseline")
+    write(tmp_path, "0.6", "direct", 40.0, profile="baseline.2")
+    write(tmp_path, "0.6", "fullstack", 120.0, hit_share=0.6, profile="prefix-caching")
+    text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0))
+    assert "| 0.6 | direct | baseline #2 | 40.0 |" in text
+    assert "| 0.6 | 120.0 (prefix-caching) | 36.0 (baseline) | **3.33×** |" in text
+    assert "| 0.6 | 120.0 (prefix-caching) | 40.0 (baseline #2) | **3.00×** |" in text
