@@ -54,6 +54,9 @@ BYPASS = frozenset({"echo", "logprobs", "top_logprobs", "prompt_logprobs", "logp
                     "mm_payload", "prompt_embeds", "mm_processor_kwargs", "media_io_kwargs",
                     "return_mm_kwargs", "vllm_xargs", "repetition_detection", "watermarking",
                     "routed_experts_prompt_start"})
+# BYPASS fields that are counts, for which 0 still asks for something (vLLM tests `is not None`)
+_COUNTS: dict[Kind, frozenset[str]] = {"chat": frozenset({"prompt_logprobs"}),
+                                       "completions": frozenset({"logprobs", "prompt_logprobs"})}
 
 
 def length_field(kind: Kind, body: dict[str, Any]) -> str:
@@ -93,7 +96,12 @@ def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
     if body.get("use_beam_search"):
         return "beam_search"
     for field in sorted(BYPASS):
-        if body.get(field) not in (None, False, 0):
+        value = body.get(field)
+        # 0 is "on" where the field counts logprobs: completions' `logprobs: 0` and
+        # `prompt_logprobs: 0` return each token's own (found by a review: they shared the
+        # plain request's entry and got its answer without them)
+        on = value is not None if field in _COUNTS[kind] else value not in (None, False, 0)
+        if on:
             return "logprobs" if "logprob" in field or field == "echo" else "field"
     if not_understood(kind, body):
         return "unknown_field"

@@ -103,3 +103,36 @@ async def test_plain_answers_still_hit_in_every_form():
                 for ask in (ASK, {**ASK, "max_tokens": 3}, {**ASK, "max_tokens": 3,
                                                             "stream": True})]
     assert hits == ["HIT", "HIT", "HIT"]
+
+
+class Logprobs(FakeVllm):
+    """vLLM's answer to `logprobs` / `prompt_logprobs` of 0: not none, but each token's own
+    logprob (0 asks for no alternatives, not for no logprobs)."""
+
+    def _json(self, data: dict[str, Any], chat: bool) -> dict[str, Any]:
+        answer = super()._json(data, chat)
+        if not chat and data.get("logprobs") is not None:
+            answer["choices"][0]["logprobs"] = {"tokens": ["w"], "token_logprobs": [-0.5]}
+        if data.get("prompt_logprobs") is not None:  # on the answer (chat), on the choice
+            (answer if chat else answer["choices"][0])["prompt_logprobs"] = [
+                None, {"7": {"logprob": -1.0}}]
+        return answer
+
+
+async def test_logprobs_of_zero_is_not_served_an_answer_without_them():
+    """Found by a review: `logprobs: 0` (completions) and `prompt_logprobs: 0` were taken for
+    "no logprobs", so they shared the plain request's entry and got its answer without them."""
+    plain = {"model": "tiny", "prompt": "hi", "max_tokens": 4}
+    chat = {**ASK, "max_tokens": 4}
+    asks = [("/v1/completions", plain, {**plain, "logprobs": 0}),
+            ("/v1/completions", plain, {**plain, "prompt_logprobs": 0}),
+            ("/v1/chat/completions", chat, {**chat, "prompt_logprobs": 0})]
+    async with proxy_client(settings(cache="exact"), transport=Logprobs().transport) as c:
+        for path, first, second in asks:
+            await c.post(path, json=first)
+            r = await c.post(path, json=second)
+            body = r.json()
+            choice = body["choices"][0]
+            got = choice.get("logprobs") if "logprobs" in second \
+                else body.get("prompt_logprobs") or choice.get("prompt_logprobs")
+            assert got, (path, second, r.headers["x-cache"])

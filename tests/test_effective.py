@@ -69,10 +69,15 @@ def test_allow_list() -> None:
     assert effective.uncacheable("completions", {**greedy, "suffix": "!"}) is None
     assert effective.uncacheable("chat", {**greedy, "suffix": "!"}) == "unknown_field"
     assert effective.uncacheable("completions", {**greedy, "echo": True}) == "logprobs"
-    assert effective.uncacheable("completions", {**greedy, "logprobs": False}) is None
+    # vLLM reads completions' logprobs as a count: false is 0, and 0 returns each token's own
+    assert effective.uncacheable("completions", {**greedy, "logprobs": False}) == "logprobs"
+    assert effective.uncacheable("completions", {**greedy, "logprobs": 0}) == "logprobs"
     assert effective.uncacheable("completions", {**greedy, "kv_transfer_params": {}}) == "field"
     chat = {"model": "m", "messages": [], "temperature": 0}
     assert effective.uncacheable("chat", chat) is None
+    assert effective.uncacheable("chat", {**chat, "prompt_logprobs": 0}) == "logprobs"
+    assert effective.uncacheable("chat", {**chat, "logprobs": False}) is None
+    assert effective.uncacheable("chat", {**chat, "top_logprobs": 0}) is None
     assert effective.uncacheable("chat", {**chat, "store": True}) == "unknown_field"
     assert effective.uncacheable("chat", {**chat, "max_tokens": "many"}) == "length"
 
