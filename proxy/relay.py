@@ -293,20 +293,41 @@ async def followed(kind: Kind, live: LiveStream, include_usage: bool) -> AsyncIt
     """An identical stream in flight, as this request's own stream (cache/flight.py): each
     event re-framed as a replay is; an error event if the shared stream did not end well."""
     head = replay_head(kind)
+    # without include_usage vLLM stamps system_fingerprint on the terminal chunks: as the
+    # leader's relay (_process) does, they wait for the usage chunk dropped here and take its
+    # fingerprint (found by a review: a follower's stream had none)
+    held: list[dict[str, Any]] = []
+
+    def flush() -> bytes:
+        out = b"".join(event(h) for h in held)
+        held.clear()
+        return out
+
     async for payload in live.follow():
         try:
             ev = orjson.loads(payload)
         except orjson.JSONDecodeError:
             ev = None
         if not isinstance(ev, dict):  # as the leader's client got it (vLLM never sends one)
-            yield b"data: " + payload + b"\n\n"
+            yield flush() + b"data: " + payload + b"\n\n"
             continue
         if "error" in ev:
-            yield b"data: " + payload + b"\n\n"
+            yield flush() + b"data: " + payload + b"\n\n"
             return
-        if not ev.get("choices") and ev.get("usage") and not include_usage:
-            continue
-        yield event(reframe(head, ev))
+        if not include_usage:
+            if not ev.get("choices") and ev.get("usage"):
+                if ev.get("system_fingerprint") is not None:
+                    for h in held:
+                        h["system_fingerprint"] = ev["system_fingerprint"]
+                if held:
+                    yield flush()
+                continue
+            if _FINISHED in payload:
+                held.append(reframe(head, ev))
+                continue
+        yield flush() + event(reframe(head, ev))
+    if held:
+        yield flush()
     if live.state == "done":
         yield DONE
     else:

@@ -163,3 +163,28 @@ async def test_a_follower_gets_an_event_that_is_not_a_json_object_as_the_leader_
     assert orjson.loads(got[0].removeprefix(b"data: "))["choices"][0]["delta"]["content"] == "a"
     assert got[1:] == [b"data: {not json\n\n", b"data: 5\n\n", b"data: [1, 2]\n\n",
                        b"data: [DONE]\n\n"]
+
+
+async def test_a_follower_without_usage_gets_the_fingerprint_on_its_terminal_chunk() -> None:
+    # vLLM without include_usage stamps system_fingerprint on the chunk with finish_reason; the
+    # leader's relay moves it there from the usage chunk it drops, a replay from the store
+    # does too, but a follower dropped the usage chunk and the fingerprint with it (a review)
+    flight = Flight()
+    chunk = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "tiny"}
+    flight.attach([orjson.dumps({**chunk, "choices": [{"index": 0, "delta": {"content": "a"},
+                                                       "finish_reason": None}]}),
+                   orjson.dumps({**chunk, "choices": [{"index": 0, "delta": {"content": "b"},
+                                                       "finish_reason": "length"}]}),
+                   orjson.dumps({**chunk, "choices": [], "usage": {"completion_tokens": 2},
+                                 "system_fingerprint": "vllm-fp-1"})])
+    flight.finish(True)
+    got = [ev async for ev in followed("chat", flight, include_usage=False)]
+    events = [orjson.loads(e.removeprefix(b"data: ")) for e in got[:-1]]
+    assert got[-1] == b"data: [DONE]\n\n" and len(events) == 2
+    assert "system_fingerprint" not in events[0]
+    assert events[1]["choices"][0]["finish_reason"] == "length"
+    assert list(events[1])[-1] == "system_fingerprint"  # last, as vLLM writes it
+    assert events[1]["system_fingerprint"] == "vllm-fp-1"
+    with_usage = [ev async for ev in followed("chat", flight, include_usage=True)]
+    assert orjson.loads(with_usage[2].removeprefix(b"data: "))["system_fingerprint"] == "vllm-fp-1"
+    assert "system_fingerprint" not in orjson.loads(with_usage[1].removeprefix(b"data: "))
