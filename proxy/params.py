@@ -76,6 +76,11 @@ _MODELS: dict[Kind, type[_Common]] = {"chat": _Chat, "completions": _Completions
 
 def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
     """Raise what vLLM would answer for these parameters; else coerce them in place."""
+    # vLLM's first check, on the raw body (a cache hit must refuse it too: found by a review,
+    # such a request was a 200 HIT where vLLM answers 400)
+    if body.get("stream_options") and not body.get("stream"):
+        raise VllmValueError("Stream options can only be defined when `stream=True`. "
+                             "(parameter=stream_options)", param="stream_options")
     # vLLM's own check before its typing: a number (true is 1), else this error
     if kind == "completions" and body.get("logprobs") is not None \
             and not isinstance(body["logprobs"], int | float):

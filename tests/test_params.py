@@ -35,6 +35,9 @@ CASES: dict[str, dict[str, Any]] = {
     "echo_alone": {"echo": True, "max_tokens": 0}, "model_empty": {"model": ""},
     "include_usage_yes": {"stream": True, "stream_options": {"include_usage": "yes"}},
     "include_usage_word": {"stream": True, "stream_options": {"include_usage": "maybe"}},
+    "stream_options_no_stream": {"stream_options": {"include_usage": True}},
+    "stream_options_stream_0": {"stream": 0, "stream_options": {"include_usage": False}},
+    "stream_options_empty": {"stream_options": {}}, "stream_options_word": {"stream_options": "x"},
 }
 BASE = {"chat": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
                  "max_tokens": 2},
@@ -78,6 +81,28 @@ def test_unknown_fields_are_left_alone() -> None:
     body: dict[str, Any] = {"tools": [{"x": 1}], "metadata": "anything", "prompt": 5}
     check("completions", body, greedy=True)
     assert body == {"tools": [{"x": 1}], "metadata": "anything", "prompt": 5}
+
+
+async def test_stream_options_without_a_stream_is_refused_on_a_cache_hit_too() -> None:
+    """vLLM refuses stream_options on a request that does not stream (checked on the raw body:
+    a falsy `stream`, a truthy `stream_options`); the proxy left it to vLLM, so with the cache
+    on such a request got a 200 HIT where vLLM answers 400 (found by a review)."""
+    from tests.support.fake_upstream import FakeVllm
+
+    s = Settings(upstreams=("http://vllm:8000",), cache="exact")
+    async with proxy_client(s, transport=FakeVllm().transport) as proxy:
+        for kind, base in BASE.items():
+            assert (await proxy.post(PATHS[kind], json=base)).status_code == 200
+            for odd in ({"stream_options": {"include_usage": True}},
+                        {"stream": False, "stream_options": {"include_usage": False}}):
+                r = await proxy.post(PATHS[kind], json={**base, **odd})
+                assert r.status_code == 400, (kind, odd, r.headers.get("x-cache"))
+                assert r.json()["error"] == {
+                    "message": "Stream options can only be defined when `stream=True`. "
+                               "(parameter=stream_options)",
+                    "type": "BadRequestError", "param": "stream_options", "code": 400}
+            r = await proxy.post(PATHS[kind], json={**base, "stream_options": {}})
+            assert r.status_code == 200  # an empty object is falsy: vLLM lets it pass
 
 
 @pytest.mark.vllm
