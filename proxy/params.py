@@ -58,6 +58,11 @@ class _Common(BaseModel):
     user: str | None = None
     ignore_eos: bool | None = None
     stream_options: _StreamOptions | None = None
+    # outside the cache key (effective.NEUTRAL): a hit must refuse what vLLM refuses (a review)
+    priority: Annotated[int, Field(ge=-_INT64, le=_INT64 - 1)] = 0
+    request_id: str = ""
+    session_id: str | None = None
+    stream_interval: Annotated[int, Field(ge=1)] | None = None
 
 
 class _Chat(_Common):
@@ -67,6 +72,7 @@ class _Chat(_Common):
 
 
 class _Completions(_Common):
+    n: int = 1  # chat's may be null, completions' not
     echo: bool | None = None
     logprobs: int | None = None
 
@@ -81,6 +87,7 @@ def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
     if body.get("stream_options") and not body.get("stream"):
         raise VllmValueError("Stream options can only be defined when `stream=True`. "
                              "(parameter=stream_options)", param="stream_options")
+    _cache_salt(body.get("cache_salt"))
     # vLLM's own check before its typing: a number (true is 1), else this error
     if kind == "completions" and body.get("logprobs") is not None \
             and not isinstance(body["logprobs"], int | float):
@@ -100,6 +107,19 @@ def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
         raise VllmValueError(f"n={n} asks for {n} choices, but this proxy forces greedy "
                              f"decoding, which gives exactly one: send n=1 or leave n out",
                              param="n")
+
+
+def _cache_salt(salt: Any) -> None:
+    """vLLM's validate_cache_salt (before its typing)."""
+    if salt is None:
+        return
+    if not isinstance(salt, str) or not salt:
+        raise VllmValueError("Parameter 'cache_salt' must be a non-empty string if provided. "
+                             "(parameter=cache_salt)", param="cache_salt")
+    if len(salt) > 128 or any(c in "@/\\\x00" for c in salt):
+        raise VllmValueError("Parameter 'cache_salt' must be at most 128 characters and must "
+                             "not contain '@', '/', '\\\\', or NUL. (parameter=cache_salt)",
+                             param="cache_salt")
 
 
 def _type_error(exc: ValidationError) -> VllmTypeError:

@@ -38,6 +38,14 @@ CASES: dict[str, dict[str, Any]] = {
     "stream_options_no_stream": {"stream_options": {"include_usage": True}},
     "stream_options_stream_0": {"stream": 0, "stream_options": {"include_usage": False}},
     "stream_options_empty": {"stream_options": {}}, "stream_options_word": {"stream_options": "x"},
+    # fields outside the cache key: a cache hit must refuse what vLLM refuses (a review)
+    "priority_word": {"priority": "x"}, "priority_null": {"priority": None},
+    "priority_fraction": {"priority": 1.5}, "priority_2**70": {"priority": 2**70},
+    "request_id_int": {"request_id": 5}, "request_id_null": {"request_id": None},
+    "session_id_int": {"session_id": 5}, "cache_salt_empty": {"cache_salt": ""},
+    "cache_salt_int": {"cache_salt": 5}, "cache_salt_slash": {"cache_salt": "a/b"},
+    "cache_salt_long": {"cache_salt": "s" * 129}, "stream_interval_0": {"stream_interval": 0},
+    "stream_interval_word": {"stream_interval": "x"}, "n_null": {"n": None},
 }
 BASE = {"chat": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
                  "max_tokens": 2},
@@ -103,6 +111,35 @@ async def test_stream_options_without_a_stream_is_refused_on_a_cache_hit_too() -
                     "type": "BadRequestError", "param": "stream_options", "code": 400}
             r = await proxy.post(PATHS[kind], json={**base, "stream_options": {}})
             assert r.status_code == 200  # an empty object is falsy: vLLM lets it pass
+
+
+NEUTRAL_ODD: list[dict[str, Any]] = [
+    {"priority": "x"}, {"priority": None}, {"priority": 1.5}, {"priority": 2**70},
+    {"request_id": 5}, {"request_id": None}, {"session_id": 5}, {"cache_salt": ""},
+    {"cache_salt": 5}, {"cache_salt": "a/b"}, {"cache_salt": "s" * 129},
+    {"stream_interval": 0}, {"stream_interval": "x"}, {"stream_interval": -1}]
+
+
+async def test_fields_outside_the_cache_key_are_checked_before_a_hit() -> None:
+    """The cache key leaves out fields that do not change the answer (proxy/effective.py's
+    NEUTRAL), so a hit answered 200 whatever they held, where vLLM answers 400 for a bad one
+    (`priority: "x"`, `cache_salt: ""`, `stream_interval: 0`, completions' `n: null` ...):
+    they are now checked as vLLM checks them (found by a review)."""
+    from tests.support.fake_upstream import FakeVllm
+
+    s = Settings(upstreams=("http://vllm:8000",), cache="exact")
+    async with proxy_client(s, transport=FakeVllm().transport) as proxy:
+        for kind, base in BASE.items():
+            assert (await proxy.post(PATHS[kind], json=base)).status_code == 200
+            odd = [*NEUTRAL_ODD, *([{"n": None}] if kind == "completions" else [])]
+            for fields in odd:
+                r = await proxy.post(PATHS[kind], json={**base, **fields})
+                assert r.status_code == 400, (kind, fields, r.headers.get("x-cache"))
+                assert r.json()["error"]["code"] == 400, r.text
+            for fields in ({"priority": 0}, {"request_id": "r-1"}, {"session_id": "s"},
+                           {"cache_salt": "salt"}, {"stream_interval": 2}, {"n": 1}):
+                r = await proxy.post(PATHS[kind], json={**base, **fields})
+                assert (r.status_code, r.headers["x-cache"]) == (200, "HIT"), (fields, r.text)
 
 
 @pytest.mark.vllm
