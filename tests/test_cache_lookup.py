@@ -261,3 +261,16 @@ async def test_stats_and_flush(cache: SemanticCache, registry: CollectorRegistry
     assert (await cache.lookup(chat("What is a monad?", model="m1"))).status == "miss"
     assert (await cache.lookup(chat("What is a functor?", model="m2"))).status == "hit"
     assert metric(registry, "proxy_cache_entries") == 1
+
+
+async def test_a_text_part_that_is_not_a_string_is_no_semantic_question(
+        cache: SemanticCache) -> None:
+    # found by a review: a text part's `text` was read with str(), so {"text": 5} (or null, or
+    # a list) asked "5" and hit the stored answer to "5" (the same text: no judge), a 200 where
+    # vLLM refuses the request (400, a text part's text must be a string)
+    parts: Any = [{"type": "text", "text": "What is 2 + 3?"}, {"type": "text", "text": "5"}]
+    await fill(cache, "", "yes", messages=[{"role": "user", "content": parts}])
+    for odd in (5, None, ["5"]):
+        odd_parts = [parts[0], {"type": "text", "text": odd}]
+        got = await cache.lookup(chat("", messages=[{"role": "user", "content": odd_parts}]))
+        assert got.status == "miss", (odd, got.tier)

@@ -46,11 +46,14 @@ def _digest(value: Any) -> str:
 def _text_of(content: Any) -> str | None:
     if isinstance(content, str):
         return content
+    # a part whose text is not a string is vLLM's 400, not a question (found by a review: read
+    # with str(), {"text": 5} asked "5" and hit the answer stored for "5")
     if isinstance(content, list) and all(
-            isinstance(p, dict) and p.get("type") == "text" for p in content):
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):
         # as vLLM hands text parts to a string-content template: one per line (renderers/
         # chat_utils.py); "".join served "cat" + "dog" the answer to "catdog"
-        return "\n".join(str(p.get("text", "")) for p in content)
+        return "\n".join(p["text"] for p in content)
     return None  # images, audio ...: exact tier only
 
 
