@@ -26,6 +26,17 @@ HEADROOM = 1024  # descriptors kept for upstream connections, files, the listene
 # came back down: 20 upgrades locked out every client at PROXY_MAX_CONNECTIONS=20 (found by a
 # review). With "none" an upgrade is answered as plain HTTP on the guarded connection.
 UVICORN_OPTIONS = {"ws": "none"}
+# A request's line and headers, at most (httptools has no bound, uvicorn's h11 has 16 KiB):
+# one client sent 90 MB of URL within the header deadline, all of it kept, and its parsing
+# stalled every other client for seconds (found by a review). vLLM needs far less.
+MAX_HEAD_BYTES = 1 << 20
+_HEAD_TOO_LARGE = (b'{"error": {"message": "the request line and headers exceed the limit of '
+                   + str(MAX_HEAD_BYTES).encode() + b' bytes", "type": '
+                   b'"invalid_request_error", "param": null, "code": "header_too_large"}}')
+HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                  b"content-type: application/json\r\nconnection: close\r\n"
+                  b"content-length: " + str(len(_HEAD_TOO_LARGE)).encode() + b"\r\n\r\n"
+                  + _HEAD_TOO_LARGE)
 
 
 def raise_file_limit() -> int:
@@ -54,7 +65,8 @@ class Guard(Collector):
     max_per_ip: int | None = None
     open: int = 0
     by_ip: dict[str, int] = field(default_factory=dict)
-    refused: dict[str, int] = field(default_factory=lambda: {"limit": 0, "per_ip": 0})
+    refused: dict[str, int] = field(
+        default_factory=lambda: {"limit": 0, "per_ip": 0, "head_too_large": 0})
     slow: int = 0
     _logged: dict[str, tuple[float, int]] = field(default_factory=dict)
 
@@ -80,6 +92,9 @@ class Guard(Collector):
         self.refused[why] += 1
         self._note(f"refused_{why}", ip)
         return why
+
+    def head_too_large(self, ip: str) -> None:
+        self._refuse("head_too_large", ip)
 
     def timed_out(self, ip: str) -> None:
         self.slow += 1
@@ -118,6 +133,8 @@ class GuardedProtocol(HttpToolsProtocol):
     _ip = ""
     _refused = False
     _deadline: asyncio.TimerHandle | None = None
+    _head = 0  # bytes received since the current request began, until its headers are in
+    _in_head = True
 
     @property
     def guard(self) -> Guard:
@@ -165,7 +182,24 @@ class GuardedProtocol(HttpToolsProtocol):
         # reported it, no test here reproduced it, and abort would cost slow readers their tail.)
         self.transport.close()
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._guard is None or not self._in_head or self.transport.is_closing():
+            return
+        self._head += len(data)
+        if self._head > MAX_HEAD_BYTES:
+            self.guard.head_too_large(self._ip)
+            self._disarm()
+            if self.cycle is None or self.cycle.response_complete:  # not inside an answer
+                self.transport.write(HEAD_TOO_LARGE)
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self._in_head, self._head = True, 0
+        super().on_message_begin()
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         if self._guard is not None:
             self._disarm()
         super().on_headers_complete()
