@@ -30,6 +30,18 @@ class Clipped:
                 f"dropped_messages={self.dropped}; trimmed={'yes' if self.trimmed else 'no'}")
 
 
+def kept_by_vllm(body: dict[str, Any], max_model_len: int | None) -> int | None:
+    """The prompt tokens vLLM keeps when the request asks it to truncate the prompt
+    (`truncate_prompt_tokens`: that many; -1: the context less the one token it holds back
+    for output); None when it does not (or the value is one vLLM refuses: it answers that)."""
+    n = body.get("truncate_prompt_tokens")
+    if isinstance(n, bool) or not isinstance(n, int):
+        return None
+    if n == -1:
+        return None if max_model_len is None else max_model_len - 1
+    return n if n >= 1 else None
+
+
 def _too_long(sent: int, limit: int) -> InputTooLong:
     return InputTooLong(f"This request has {sent} input tokens, but at most {limit} input "
                         f"tokens are allowed. Shorten the input.", param="messages")

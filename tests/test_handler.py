@@ -81,6 +81,26 @@ async def test_input_over_the_limit_is_rejected_with_counts():
     assert fake.completions("/v1/completions") == []
 
 
+async def test_a_prompt_vllm_truncates_itself_is_not_refused_as_too_long():
+    # truncate_prompt_tokens: vLLM keeps that many of the prompt's tokens (-1: the context less
+    # one), so a longer prompt is a 200 there; the proxy counted the whole prompt and refused
+    # it as context_length_exceeded, and capped the output by it (found by a review)
+    fake = FakeVllm(max_model_len=20)  # fake /tokenize: one token per word
+    long = " ".join(["w"] * 50)
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        for path, body in (("/v1/completions", {"model": "tiny", "prompt": long}),
+                           ("/v1/chat/completions", {"model": "tiny", "messages": [
+                               {"role": "user", "content": long}]})):
+            for keep, room in ((5, 15), (-1, 1)):
+                r = await c.post(path, json={**body, "truncate_prompt_tokens": keep,
+                                             "max_tokens": 30})
+                assert r.status_code == 200, (path, keep, r.text)
+                sent = fake.completions(path)[-1].json
+                assert sent["truncate_prompt_tokens"] == keep and sent["max_tokens"] == room
+            r = await c.post(path, json={**body, "truncate_prompt_tokens": 40})  # > the context
+            assert r.status_code == 400  # vLLM's refusal or the proxy's: both a 400
+
+
 async def test_input_over_the_limit_is_truncated_and_said_so():
     fake = FakeVllm()
     msgs = [{"role": "system", "content": "be brief"},
