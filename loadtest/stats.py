@@ -76,6 +76,16 @@ def peaks(results: Sequence[Result]) -> tuple[float, int]:
     return float(tokens.max()), int(conc.max())
 
 
+def completion_rate(ok: Sequence[Result]) -> float | None:
+    """Completed requests per second over the span of their completions: the rate the server
+    answered at. A server that keeps up answers at the rate it was sent, however long each
+    answer takes; one that is behind at its own capacity. (vLLM's request_throughput divides
+    by the whole run, so the last answer's own latency reads as falling behind.)"""
+    ends = [r.start + r.latency for r in ok]
+    span = max(ends) - min(ends) if ends else 0.0
+    return len(ends) / span if span > 0 else None
+
+
 def summarize(results: Sequence[Result], duration: float, percentiles: Sequence[float] = (99,),
               goodput: dict[str, float] | None = None) -> dict[str, Any]:
     ok = [r for r in results if r.success]
@@ -87,6 +97,7 @@ def summarize(results: Sequence[Result], duration: float, percentiles: Sequence[
         "duration": duration, "completed": len(ok), "failed": len(results) - len(ok),
         "total_input_tokens": total_in, "total_output_tokens": total_out,
         "request_throughput": len(ok) / dur,
+        "completion_rate": completion_rate(ok),
         "request_goodput": goodput_count(results, goodput) / dur if goodput else None,
         "output_throughput": total_out / dur,
         "total_token_throughput": (total_in + total_out) / dur,

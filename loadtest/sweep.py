@@ -2,10 +2,11 @@
 bisection for the highest rate that meets the SLO: the goodput rate.
 
 Each point is an open-loop run (Poisson arrivals at the offered rate for --point-duration s,
-then a drain). A point is saturated when the server no longer keeps up: it completed less
-than 90 % of the offered rate, or its mean TTFT grew past 3x the lightest point's (requests
-queue). "Offered" is what was actually sent in the window (Poisson counts vary around the
-nominal rate), so a short point is not called saturated for drawing few arrivals. Without an
+then a drain). A point is saturated when the server no longer keeps up: it answered
+(completions per second over the span of its completions) less than 90 % of the offered rate,
+or its mean TTFT grew past 3x the lightest point's (requests queue). "Offered" is what was
+actually sent in the window (Poisson counts vary around the nominal rate), so a short point is
+not called saturated for drawing few arrivals. Without an
 SLO the ladder stops at the first saturated point; the knee is the last rate before it. With
 one, a point whose TTFT grew but still meets the SLO does not stop it (queueing that the SLO
 allows is still goodput): the ladder goes on until a point misses the SLO or falls behind the
@@ -108,8 +109,12 @@ def sent_rate(res: dict[str, Any], window: float) -> float:
 
 
 def behind(res: dict[str, Any], offered: float) -> bool:
-    return bool(res.get("completed", 0) == 0
-                or res["request_throughput"] < ACHIEVED_MIN * offered)
+    """Answered slower than sent: completions per second over their own span (not over the
+    run, whose drain of the last answers is latency, not backlog)."""
+    answered = res.get("completion_rate")
+    if answered is None:
+        answered = res["request_throughput"]
+    return bool(res.get("completed", 0) == 0 or answered < ACHIEVED_MIN * offered)
 
 
 def saturated(res: dict[str, Any], offered: float, base_ttft: float | None) -> bool:
@@ -174,6 +179,7 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
                                     or a.point_duration))
         pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
               "achieved_rate": res.get("request_throughput"),
+              "completion_rate": res.get("completion_rate"),
               "mean_ttft_ms": res.get("mean_ttft_ms"),
               "saturated": saturated(res, sent, base), "behind": behind(res, sent),
               "meets_slo": meets(res, slo),
@@ -182,7 +188,7 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
         points.append(pt)
         (out / f"point-{len(points):02d}-{rate:g}.json").write_text(json.dumps(res, indent=1))
         print(f"  {phase:6} offered {rate:8.2f} req/s  sent {sent:8.2f}  achieved "
-              f"{pt['achieved_rate'] or 0:8.2f}"
+              f"{pt['achieved_rate'] or 0:8.2f}  answered {pt['completion_rate'] or 0:8.2f}"
               f"  mean TTFT {pt['mean_ttft_ms'] or 0:8.1f} ms"
               f"{'  SATURATED' if pt['saturated'] else ''}"
               f"{'' if not slo else ('  SLO met' if pt['meets_slo'] else '  SLO missed')}",

@@ -80,3 +80,17 @@ def test_wrong_cached_answers():
     j = cachestats.judge_hits(rs)
     assert j == {"correct": 1, "wrong": 2, "unverified": 1}
     assert cachestats.cache_summary(rs)["wrong_cached_answers"] == 2
+
+
+def test_completion_rate_is_measured_over_the_completions():
+    # keeps up: one request every 0.1 s for 2 s, each takes 1 s: 10 req/s complete
+    kept = [res(i, 0.5, [0.5], 2, start=0.1 * i) for i in range(20)]
+    d = stats.summarize(kept, duration=3.0, percentiles=[99])
+    assert d["request_throughput"] == pytest.approx(20 / 3)  # vLLM's: over the whole run
+    assert d["completion_rate"] == pytest.approx(20 / 1.9)
+    # behind: sent at 10 req/s, served one at a time every 0.25 s (4 req/s), even when the
+    # duration given is the send window (a steady window's length)
+    behind = [res(i, 0.25 * (i + 1) - 0.1 * i, [], 1, start=0.1 * i) for i in range(20)]
+    d = stats.summarize(behind, duration=2.0, percentiles=[99])
+    assert d["request_throughput"] == pytest.approx(10.0)
+    assert d["completion_rate"] == pytest.approx(20 / 4.75)

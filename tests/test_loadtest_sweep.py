@@ -142,3 +142,17 @@ def test_a_goodput_no_rate_bounds_is_reported_as_a_lower_bound(tmp_path, capsys)
     assert "a lower bound" in capsys.readouterr().out
     assert sweep(args("--rates", "5,10,20", "--point-duration", "3", "--out", str(tmp_path)),
                  queueing)["goodput_bounded"] is None
+
+
+def test_long_answers_on_a_server_that_keeps_up_are_not_saturated(tmp_path) -> None:
+    """Mock with no capacity limit: answers of 200 tokens take ~1 s, the window is 2 s. The
+    requests sent per second all complete per second; the run's duration (send window plus
+    the last answer's second) is no measure of it (before: 'saturated at the first point')."""
+    with mock_server("--ttft-ms", "20", "--itl-ms", "5", "--output-tokens", "200") as url:
+        assert main(["sweep", "--target", url, "--model", "mock", "--rates", "4,8",
+                     "--point-duration", "2", "--output-len", "200", "--no-progress",
+                     "--no-scrape", "--out", str(tmp_path)]) == 0
+    s = json.loads((tmp_path / "sweep.json").read_text())
+    assert [p["offered_rate"] for p in s["points"]] == [4, 8]
+    assert not any(p["behind"] or p["saturated"] for p in s["points"])
+    assert s["saturation_rate"] is None
