@@ -166,7 +166,9 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
     ramp_s = getattr(a, "warmup_seconds", 0.0)
     drain_s = getattr(a, "cooldown_seconds", 0.0)
     if ramp_s or drain_s:
-        sending = a.duration if a.duration is not None else out.duration
+        # the span of sending, not the run (which goes on while the last answers drain)
+        sending = a.duration if a.duration is not None else max(
+            ((r.scheduled or r.start) - out.t0 for r in out.results), default=0.0)
         results, span, apart = stats.windows(out.results, out.t0, sending, ramp_s, drain_s)
         res["windows"] = {"steady_s": span, "ramp_s": ramp_s, "drain_s": drain_s,
                           "ramp": stats.summarize(apart["ramp"], ramp_s, p.percentiles),

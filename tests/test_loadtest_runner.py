@@ -11,6 +11,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from loadtest.cli import main
 from tests.support.procs import REPO
@@ -78,3 +79,29 @@ def test_ctrl_c_saves_what_finished_and_exits_130(tmp_path):
     res = json.loads(out.read_text())
     assert res["interrupted"] is True and res["completed"] > 20
     assert len(out.with_suffix(".requests.jsonl").read_text().splitlines()) >= res["completed"]
+
+
+def test_with_num_prompts_the_drain_is_the_last_seconds_of_sending():
+    """40 prompts at 10 req/s are sent over 4 s; each answer takes 1 s, so the run lasts 5 s.
+    --cooldown-seconds 1 sets apart the requests sent in the last second of the 4 s of sending
+    (before: the last second of the 5 s run, when nothing is sent: no drain at all, and a
+    steady window 1 s longer than the sending in it)."""
+    from loadtest import session
+    from loadtest.cli import parser
+    from loadtest.client import Result
+    from loadtest.runner import RunOutput
+
+    a = parser().parse_args(["run", "--target", "http://x", "--num-prompts", "40",
+                             "--request-rate", "10", "--warmup-seconds", "1",
+                             "--cooldown-seconds", "1"])
+    t0 = 100.0
+    results = [Result(i, success=True, start=t0 + round(0.1 * (i + 1), 6),
+                      scheduled=t0 + round(0.1 * (i + 1), 6), ttft=0.5, latency=1.0,
+                      output_tokens=2, prompt_tokens=8) for i in range(40)]
+    res = session.result_dict(a, "http://x", "mock", session.plan(a),
+                              RunOutput(results, 5.0, t0))
+    w = res["windows"]
+    assert w["steady_s"] == pytest.approx(2.0)
+    assert res["completed"] == 20 and w["ramp"]["completed"] == 9
+    assert w["drain"]["completed"] == 11
+    assert res["request_throughput"] == pytest.approx(10.0)
