@@ -209,7 +209,9 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
     except KeyboardInterrupt:
         save_interrupted(out, {"points": points})
         raise
-    bounded = any(not p["meets_slo"] for p in points) if slo else None
+    # bracketed: some rate above the goodput missed (a miss below it bounds nothing)
+    bounded = any(not p["meets_slo"] and (goodput is None or p["offered_rate"] > goodput)
+                  for p in points) if slo else None
     summary = {"points": points, "knee_rate": knee, "saturation_rate": first_sat,
                "highest_rate": max((p["offered_rate"] for p in points), default=None),
                "slo": {k: v for k, v in slo.items()}, "goodput_rate": goodput,

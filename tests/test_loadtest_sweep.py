@@ -156,3 +156,19 @@ def test_long_answers_on_a_server_that_keeps_up_are_not_saturated(tmp_path) -> N
     assert [p["offered_rate"] for p in s["points"]] == [4, 8]
     assert not any(p["behind"] or p["saturated"] for p in s["points"])
     assert s["saturation_rate"] is None
+
+
+def test_a_miss_below_the_goodput_does_not_bracket_it(tmp_path, capsys) -> None:
+    """5 req/s missed the SLO (one failed request), 10 and 20 met it: 20 is the goodput found,
+    but no rate above it missed, so it is only a lower bound (before: reported as bracketed,
+    since some rate had missed)."""
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        res = queueing(p)
+        if p.request_rate == 5:
+            res["failed"] = 1
+        return res
+
+    s = sweep(args("--rates", "5,10,20", "--point-duration", "3", "--slo", "ttft_p99:5000",
+                   "--out", str(tmp_path)), measure)
+    assert s["goodput_rate"] == 20 and s["goodput_bounded"] is False
+    assert "a lower bound" in capsys.readouterr().out
