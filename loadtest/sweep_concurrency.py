@@ -3,8 +3,10 @@ in flight for --point-duration s; throughput grows with C until the server is fu
 which more concurrency only queues. A point is saturated when doubling (or whatever step the
 ladder takes) bought less than MIN_GAIN more completed requests per second than the previous
 point, or its mean TTFT grew past 3x the lightest point's; the ladder stops there and the knee
-is the last concurrency before it. With --slo, the highest concurrency that met it is the
-goodput point (integers: bisected between the last good and the first bad point).
+is the last concurrency before it. With --slo, it goes on past saturation while the SLO holds,
+and the highest concurrency that met it is the goodput point (integers: bisected between the
+last good and the first bad point; a lower bound, "goodput_bounded": false, when no level
+tried missed it).
 """
 
 from __future__ import annotations
@@ -64,25 +66,33 @@ def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dic
 
     try:
         for conc in levels(a.concurrencies):
-            if run(conc, "ladder")["saturated"]:
+            pt = run(conc, "ladder")
+            # with an SLO, queueing past the knee that the SLO allows is still goodput
+            if pt["saturated"] and (not slo or not pt["meets_slo"]):
                 break
-        ok = [p for p in points if not p["saturated"]]
         sat = next((p["concurrency"] for p in points if p["saturated"]), None)
-        knee = max((p["concurrency"] for p in ok), default=None) if sat is not None else None
+        knee = max((p["concurrency"] for p in points
+                    if not p["saturated"] and p["concurrency"] < sat),
+                   default=None) if sat is not None else None
         goodput = _bisect(slo, points, run) if slo else None
     except KeyboardInterrupt:
         save_interrupted(out, {"mode": "concurrency", "points": points})
         raise
+    # bracketed: some level above the goodput missed the SLO
+    bounded = any(not p["meets_slo"] and (goodput is None or p["concurrency"] > goodput)
+                  for p in points) if slo else None
     summary = {"mode": "concurrency", "points": points, "knee_concurrency": knee,
                "saturation_concurrency": sat,
-               "slo": slo, "goodput_concurrency": goodput}
+               "slo": slo, "goodput_concurrency": goodput, "goodput_bounded": bounded}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
     png = _plot(points, out / "sweep.png", knee, goodput, "concurrency (requests in flight)")
     print(knee_line(f"concurrency {knee}", knee, sat,
                     f"level up to {max(p['concurrency'] for p in points)}",
                     "add higher --concurrencies"), flush=True)
     if slo:
-        print(f"goodput: highest concurrency meeting the SLO: {goodput}", flush=True)
+        print(f"goodput: highest concurrency meeting the SLO: {goodput}"
+              + ("" if bounded else " (a lower bound: no level tried missed the SLO; add "
+                 "higher --concurrencies)"), flush=True)
     print(f"wrote {out}/sweep.json, {len(points)} point JSONs and {png.name}", flush=True)
     return summary
 

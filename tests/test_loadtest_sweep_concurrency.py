@@ -68,3 +68,20 @@ def test_finds_the_mocks_known_batch_limit(tmp_path):
                      "--no-scrape", "--out", str(tmp_path)]) == 0
     s = json.loads((tmp_path / "sweep.json").read_text())
     assert s["knee_concurrency"] == 2 and s["saturation_concurrency"] == 4
+
+
+def test_with_an_slo_the_ladder_goes_past_saturation_until_the_slo_is_missed(tmp_path, capsys):
+    """Full at 8; queueing beyond it still meets a loose SLO up to 46: p99 TTFT
+    40 + 25 (c - 8) <= 1000. Before: the ladder stopped at 16 and printed 16 as the highest
+    concurrency meeting the SLO, though 32 met it too."""
+    s = sweep_concurrency(args("--concurrencies", "1,2,4,8,16,32,64,128", "--slo",
+                               "ttft_p99:1000", "--out", str(tmp_path)), modelled)
+    assert s["knee_concurrency"] == 8 and s["saturation_concurrency"] == 16
+    assert [p["concurrency"] for p in s["points"] if p["phase"] == "ladder"] == \
+        [1, 2, 4, 8, 16, 32, 64]
+    assert s["goodput_concurrency"] == 46 and s["goodput_bounded"] is True
+    # no level tried missed it: the goodput is only a lower bound, and said so
+    s = sweep_concurrency(args("--concurrencies", "1,2,4,8,16", "--slo", "ttft_p99:1000",
+                               "--out", str(tmp_path)), modelled)
+    assert s["goodput_concurrency"] == 16 and s["goodput_bounded"] is False
+    assert "a lower bound" in capsys.readouterr().out
