@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import copy
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ def parse_slo(spec: str | None) -> dict[str, float]:
             out[SLO_KEYS[name]] = float(ms)
         except ValueError:
             raise ValueError(f"--slo {item!r}: expected METRIC:MILLISECONDS") from None
+        if not 0 < out[SLO_KEYS[name]] < math.inf:
+            raise ValueError(f"--slo {item!r}: the milliseconds must be a number > 0")
     return out
 
 
@@ -79,12 +82,16 @@ def check_args(a: argparse.Namespace) -> list[str]:
             levels(a.concurrencies)
         except ValueError as e:
             errors.append(str(e))
-    if a.factor <= 1 or a.start_rate <= 0:
-        return ["--factor must be > 1 and --start-rate > 0"]
+    if not (a.factor > 1 and 0 < a.start_rate < math.inf and a.max_rate < math.inf):
+        # (an infinite --max-rate or --factor: a ladder without end)
+        return ["--factor must be > 1, --start-rate > 0, --max-rate finite"]
     try:
         rates = ladder(a)
-        if not rates or any(r <= 0 for r in rates):
-            errors.append("--rates / --start-rate: the ladder needs rates > 0")
+        if not rates or any(not 0 < r < math.inf for r in rates):
+            errors.append("--rates / --start-rate: the ladder needs finite rates > 0 (a "
+                          "closed loop: --concurrencies)")
+        elif rates != sorted(set(rates)):  # the first point is the lightest one
+            errors.append("--rates: increasing rates, like 1,2,4")
     except ValueError:
         errors.append(f"--rates {a.rates!r}: expected numbers like 1,2,4")
     if a.point_duration <= 0 or a.bisect_steps < 0:

@@ -172,3 +172,18 @@ def test_a_miss_below_the_goodput_does_not_bracket_it(tmp_path, capsys) -> None:
                    "--out", str(tmp_path)), measure)
     assert s["goodput_rate"] == 20 and s["goodput_bounded"] is False
     assert "a lower bound" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--max-rate", "inf"], "--max-rate"),        # before: the ladder was built forever
+    (["--start-rate", "nan"], "--start-rate"),
+    (["--rates", "inf"], "--rates"),              # before: an uncapped closed loop per point
+    (["--rates", "40,5,10"], "--rates"),          # before: TTFT growth judged against 40's
+    (["--rates", "5,5"], "--rates"),
+    (["--slo", "ttft_p99:nan"], "--slo"),
+])
+def test_bad_ladders_and_slos_are_refused(extra, message, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["sweep", "--target", "http://x", *extra])
+    assert message in capsys.readouterr().err
