@@ -130,8 +130,12 @@ async def run(client: Client, requests: Iterator[Request], cfg: RunConfig,
             for t in list(tasks):
                 t.cancel()
             await asyncio.gather(*list(tasks), return_exceptions=True)
-        duration = time.perf_counter() - t0
-        check.cpu_s, check.wall_s = time.process_time() - cpu0, duration
+        elapsed = time.perf_counter() - t0
+        check.cpu_s, check.wall_s = time.process_time() - cpu0, elapsed
+        # a --duration run's arrivals were drawn over the whole window: it lasts that long
+        # even when its last arrival came early and was answered before the window's end
+        duration = elapsed if cfg.duration is None or interrupted else max(elapsed,
+                                                                           cfg.duration)
     await monitor.stop()
     check.loop_lags = monitor.lags
     results.sort(key=lambda r: r.index)

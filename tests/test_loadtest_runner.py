@@ -105,3 +105,30 @@ def test_with_num_prompts_the_drain_is_the_last_seconds_of_sending():
     assert res["completed"] == 20 and w["ramp"]["completed"] == 9
     assert w["drain"]["completed"] == 11
     assert res["request_throughput"] == pytest.approx(10.0)
+
+
+def test_a_duration_run_lasts_its_duration_when_the_last_arrival_is_early():
+    """Arrivals at 0 and 0.1 s of a 1 s window (the next falls past it): the run's duration,
+    the throughput denominator, is the window, not the 0.1 s + one answer it took to send and
+    answer both (before: ~0.12 s, a throughput 8x too high)."""
+    import asyncio
+
+    from loadtest import runner, stats
+    from loadtest.client import Client, ClientConfig
+    from loadtest.runner import RunConfig
+    from loadtest.workload import WorkloadConfig, stream
+
+    async def go(url: str) -> runner.RunOutput:
+        client = Client(ClientConfig(url, "mock"), None)
+        try:
+            return await runner.run(client, stream(WorkloadConfig(output_len=2), None),
+                                    RunConfig(num_prompts=None, duration=1.0, request_rate=2.0,
+                                              progress=False), when=[0.0, 0.1, 5.0])
+        finally:
+            await client.aclose()
+
+    with mock_server("--ttft-ms", "5", "--itl-ms", "1") as url:
+        out = asyncio.run(go(url))
+    assert len(out.results) == 2 and all(r.success for r in out.results)
+    assert out.duration >= 1.0
+    assert stats.summarize(out.results, out.duration)["request_throughput"] <= 2.0
