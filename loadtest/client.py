@@ -137,6 +137,7 @@ class Client:
         http = self.http
         chunks = 0
         finished: float | None = None  # when a choice's finish_reason came (an empty answer)
+        done = not self.cfg.stream  # a stream is whole once its [DONE] came
         st = time.perf_counter()
         out.start = st
         last = st
@@ -167,6 +168,8 @@ class Client:
                                 if not line.startswith(b"data:"):
                                     continue  # comments (pings), event: lines
                                 payload = line[5:].strip()
+                                if payload == b"[DONE]":
+                                    done = True
                                 if payload == b"[DONE]" or not payload:
                                     continue
                                 data = _object(orjson.loads(payload))
@@ -185,6 +188,8 @@ class Client:
             if not chunks and finished is not None:  # it ended before any output
                 out.ttft = finished - st
                 last = finished
+            if not done and not out.error and (chunks or finished is not None):
+                out.error = "stream ended before [DONE]: the answer is incomplete"
             if (chunks or finished is not None) and not out.error:
                 out.success = True
             elif not out.error:

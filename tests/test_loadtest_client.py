@@ -104,3 +104,14 @@ async def test_a_malformed_event_fails_that_request_not_the_run(bad: bytes) -> N
 async def test_a_body_that_is_not_an_object_fails_cleanly() -> None:
     r = await send([(0.0, b'"hello"')], stream=False)
     assert not r.success and "expected a JSON object" in r.error
+
+
+async def test_a_stream_cut_before_done_fails() -> None:
+    """A stream that ends cleanly after two tokens, with no finish_reason, usage or [DONE]
+    (an upstream or proxy that cut the answer): an incomplete answer is no success, and its
+    short latency and two tokens stay out of the stats (before: a success)."""
+    events = sse(chunk(role="assistant", content=""), chunk(" a"), chunk(" b"))
+    r = await send([(0.0, e) for e in events])
+    assert not r.success and "[DONE]" in r.error
+    r = await send([(0.0, e) for e in [*events, *sse(b"[DONE]")]])  # the same, ended: a success
+    assert r.success and r.output_tokens == 2
