@@ -11,9 +11,12 @@ import math
 import statistics
 from typing import Any
 
-HEADLINE = ("request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
+HEADLINE = ("request_throughput", "request_goodput", "output_throughput",
+            "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
             "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
             "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")
+# counted over every run (a failure in any run is a failure of the merged result)
+TOTALS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "duration")
 # two-sided 95 %: the 0.975 quantile of Student's t for 1..30 degrees of freedom
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -61,10 +64,13 @@ def significant(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first run's result, its headline metrics replaced by the means over all runs, with
-    the intervals under "repeats" and each run's own headline numbers under "runs"."""
+    """The first run's result, its headline metrics replaced by the means over all runs and its
+    counts (requests, failures, tokens, seconds) by the sums, with the intervals under
+    "repeats" and each run's own headline numbers under "runs"."""
     reps = summarize(runs)
     out = {**runs[0], **{k: v["mean"] for k, v in reps.items()}}
+    out.update({k: sum(r[k] for r in runs) for k in TOTALS
+                if all(isinstance(r.get(k), int | float) for r in runs)})
     out["repeats"] = reps
     out["runs"] = [{k: r.get(k) for k in HEADLINE} for r in runs]
     out["selfcheck"] = {**runs[0]["selfcheck"], "warnings": sorted(

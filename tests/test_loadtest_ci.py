@@ -48,3 +48,17 @@ def test_merge_and_compare_mark_not_significant() -> None:
     assert "n.s." in rows["Request throughput (req/s)"][2]
     assert "n.s." not in rows["Request throughput (req/s)"][3]
     assert "±" in rows["Mean TTFT (ms)"][1]
+
+
+def test_merged_repeats_count_every_runs_requests() -> None:
+    """Three runs, the second with 3 failed requests: the merged result (printed, saved,
+    compared) says so; its rates are means, its goodput too (before: the first run's counts and
+    goodput: 'Failed requests: 0' above the errors of run 2)."""
+    runs = [{**run(10.0, 50.0), "failed": f, "total_output_tokens": 100, "duration": 1.0,
+             "request_goodput": g, "total_token_throughput": 200.0 + g}
+            for f, g in ((0, 9.0), (3, 6.0), (0, 9.0))]
+    m = ci.merge(runs)
+    assert m["failed"] == 3 and m["completed"] == 30
+    assert m["total_output_tokens"] == 300 and m["duration"] == pytest.approx(3.0)
+    assert m["request_goodput"] == pytest.approx(8.0)
+    assert m["total_token_throughput"] == pytest.approx(208.0)
