@@ -189,7 +189,12 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
          "--workers > 1 with --duration needs a finite --request-rate "
          "(a closed-loop duration run has no schedule to shard)")
     need(1 <= a.repeats <= 100, "--repeats must be in 1..100")
-    need(a.input_len > 0 and a.output_len > 0, "--input-len and --output-len must be > 0")
+    need(0 < a.input_len <= 10**9 and 0 < a.output_len <= 10**9,
+         "--input-len and --output-len must be in 1..1000000000")
+    need(a.seed >= 0, "--seed must be >= 0")
+    need(a.prefix_len >= 1 and a.num_prefixes >= 1, "--prefix-len and --num-prefixes must be >= 1")
+    need(a.suffix_len >= 0, "--suffix-len must be >= 0")
+    need(a.sharegpt_output_len >= 0, "--sharegpt-output-len must be >= 0 (0: the answer's own)")
     need(0 <= a.range_ratio < 1, "--range-ratio must be in [0, 1)")
     need(a.workload != "sharegpt" or a.dataset_path is not None,
          "--workload sharegpt needs --dataset-path FILE.json")

@@ -25,6 +25,12 @@ BASE = ["run", "--target", "http://127.0.0.1:1"]
     (["--json", "/no/such/dir/x.json"], "no folder"),
     (["--num-prompts", "10", "--request-rate", "10", "--warmup-seconds", "5"],
      "inside the ~1 s of arrivals"),
+    # found by a second review: each failed in numpy, its message naming no option
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--workload", "prefix", "--suffix-len", "-1"], "--suffix-len must be >= 0"),
+    (["--workload", "prefix", "--prefix-len", "0"], "--prefix-len and --num-prefixes"),
+    (["--sharegpt-output-len", "-3"], "--sharegpt-output-len must be >= 0"),
+    (["--output-len", "100000000000000000000"], "--input-len and --output-len must be in"),
 ])
 def test_bad_arguments_get_clear_errors(extra, message, capsys):
     with pytest.raises(SystemExit) as e:
