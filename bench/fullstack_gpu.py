@@ -142,13 +142,15 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
             else None
         if not s:
             continue
-        pts = sorted(s["points"], key=lambda p: p["achieved_rate"] or 0)
+        # by offered rate: past saturation the achieved rate falls back and a line by it zigzags
+        pts = sorted(s["points"], key=lambda p: p["offered_rate"] or 0)
         m = FOLDER.fullmatch(folder.name)
         if not m:
             continue
         ratio, target = m.group("ratio", "target")
-        profile = [folder.name.split("-", 2)[2]] if m.group("profile") else []
-        ax.plot([p["achieved_rate"] for p in pts], [p["p99_ttft_ms"] for p in pts],
+        profile = [m.group("profile") + (f" #{m.group('repeat')}" if m.group("repeat") else "")
+                   ] if m.group("profile") else []
+        ax.plot([p["offered_rate"] for p in pts], [p["p99_ttft_ms"] for p in pts],
                 marker="o", linestyle="-" if target == "fullstack" else "--",
                 label=f"{'proxy + exact cache' if target == 'fullstack' else 'vLLM alone'}, "
                       f"{float(ratio):.0%} repeats" + (f", {profile[0]}" if profile else ""))
@@ -157,7 +159,7 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
         ax.axhline(float(slo["ttft_p99"]), color="grey", linewidth=0.8)
         ax.annotate("SLO", (1, float(slo["ttft_p99"])), fontsize=7, color="grey")
     ax.set_yscale("log")
-    ax.set_xlabel("achieved request rate (req/s)", fontsize=8)
+    ax.set_xlabel("offered request rate (req/s)", fontsize=8)
     ax.set_ylabel("TTFT p99 (ms)", fontsize=8)
     ax.set_title("Full stack vs vLLM alone, repeat workload, 2x H200 (random 3B)", fontsize=10)
     ax.legend(fontsize=7)
