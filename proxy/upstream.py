@@ -3,8 +3,11 @@
 Bytes move through a `Transport` (proxy/transport.py: aiohttp in production, a fake in tests);
 this module adds what is vLLM-specific: the balancer, passive health, error statuses carrying
 vLLM's own body, and the in-flight count per backend. A request fails over to the next backend
-(the failed one down for the back-off) when it was refused or dropped before any answer, when a
-gateway status came back (502/503/504), or on a 500 from a backend whose /health then fails.
+(the failed one down for the back-off) when it was refused (it never reached an engine), when
+a gateway status came back (502/503/504), or when the connection dropped before any answer and
+the backend's /health still answers. A request whose backend died while holding it (a 500, or
+a dropped connection, and then /health fails) is not sent to another: it may be what killed
+the engine, and would kill each replica in turn. The client gets a 502; the backend rests.
 """
 
 from __future__ import annotations
@@ -57,6 +60,16 @@ class UpstreamStream:
 METADATA_WAIT = 10.0  # seconds for /v1/models: a hung replica must not block start-up or clients
 
 
+def _died(backend: Backend, what: str) -> BadGateway:
+    """A replica died while it held the request. It is not sent to another: a request that
+    crashes an engine (a "poison" request) would crash each replica in turn."""
+    exc = BadGateway(f"the upstream {backend.url} failed while it held this request ({what}, "
+                     "then its /health failed); not retried on another replica, as the "
+                     "request itself may have caused the failure")
+    exc.upstream = backend.url
+    return exc
+
+
 class Upstream:
     def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics) -> None:
         self.transport = transport
@@ -83,8 +96,14 @@ class Upstream:
                 backend.inflight -= 1
                 last, exc.upstream = exc, backend.url
                 self.metrics.upstream_errors.labels(backend.url, type(exc).__name__).inc()
+                if isinstance(exc, BadGateway) and wait is None and not await self.probe(backend):
+                    # dropped before any answer and /health fails (the probe marks it down):
+                    # it died holding this request, which may be what killed it
+                    self.balancer.policy.refused(choice, key)
+                    raise _died(backend, "the connection dropped") from None
                 if isinstance(exc, UpstreamUnavailable | BadGateway) or wait is not None:
-                    # refused, or dropped before any answer: down for the back-off, next one
+                    # refused, or dropped by a replica that lives on: down for the back-off,
+                    # next one
                     self.balancer.mark_down(backend, str(exc))
                     self.balancer.policy.refused(choice, key)
                     continue
@@ -100,17 +119,19 @@ class Upstream:
                 return stream
             failed = await self._status_error(stream)
             failed.upstream = backend.url
-            down = reply.status in _DOWN
-            if down:
+            if reply.status in _DOWN:
+                # a gateway error: the replica rests (it answers fast, so least-loaded would
+                # keep choosing it: found by a review, 55 of 60 requests failed); this
+                # request, which it never ran, goes to the next one
                 self.balancer.mark_down(backend, f"HTTP {reply.status}")
-            if down or (reply.status == 500 and not await self.probe(backend)):
-                # a gateway error, or a 500 from a replica whose /health fails (its engine
-                # died; the probe marks it down): it answers fast, so least-loaded would keep
-                # choosing it (found by a review: 55 of 60 requests failed); this request,
-                # which it never ran, goes to the next one
                 self.balancer.policy.refused(choice, key)
                 last = failed
                 continue
+            if reply.status == 500 and not await self.probe(backend):
+                # a 500 from a replica whose /health then fails (the probe marks it down):
+                # its engine died while it held this request, which may be what killed it
+                self.balancer.policy.refused(choice, key)
+                raise _died(backend, "it answered 500") from None
             raise failed
         raise last
 

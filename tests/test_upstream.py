@@ -1,7 +1,7 @@
 import pytest
 
 from proxy.balancer import Balancer
-from proxy.errors import UpstreamHTTPError, UpstreamUnavailable
+from proxy.errors import BadGateway, UpstreamHTTPError, UpstreamUnavailable
 from proxy.metrics import Metrics
 from proxy.upstream import Upstream
 from tests.support.fake_upstream import FakeReply, FakeTransport, FakeVllm
@@ -61,14 +61,19 @@ async def test_probe_marks_up_and_down():
     assert up.balancer.state()[0]["state"] == "down"
 
 
+DROP = 0  # in scripted(): the connection drops before any answer (the transport's BadGateway)
+
+
 def scripted(replies: dict[str, dict[str, int]]) -> tuple[FakeTransport, list[str]]:
-    """A transport whose backends answer fixed statuses per path (default 200)."""
+    """A transport whose backends answer fixed statuses per path (default 200); DROP drops."""
     seen: list[str] = []
 
     async def handle(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
         seen.append(url)
         origin, path = "/".join(url.split("/", 3)[:3]), "/" + url.split("/", 3)[3]
         status = replies.get(origin, {}).get(path, 200)
+        if status == DROP:
+            raise BadGateway(f"the upstream {origin} failed: ServerDisconnectedError")
         return FakeReply(status, json_body={"error": {"message": f"{origin} {status}"}}
                          if status >= 400 else {"ok": origin})
     return FakeTransport(handle), seen
@@ -87,20 +92,69 @@ async def test_a_gateway_status_fails_over_and_marks_the_replica_down(status):
     assert all(b.inflight == 0 for b in up.balancer.backends)
 
 
-async def test_a_500_fails_over_only_when_the_replicas_health_fails_too():
-    # an engine that died: completions 500 and /health 503
+def sent(seen: list[str]) -> list[str]:
+    """The replicas a completion went to, in order (probes left out)."""
+    return [u.split("/v1")[0] for u in seen if "/v1/" in u]
+
+
+async def test_a_request_whose_replica_then_dies_is_not_sent_to_another():
+    # a 500, then /health fails: the engine died while it held this request, which may be what
+    # killed it (a "poison" request). Before, it went on to the next replica (and could kill
+    # each in turn); now the client gets a 502 and the replica rests as before
     transport, seen = scripted({A: {"/v1/completions": 500, "/health": 503}})
     up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
-    assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
+    with pytest.raises(BadGateway) as info:
+        await up.fetch("POST", "/v1/completions", b"{}")
+    assert info.value.status == 502 and info.value.upstream == A
+    assert "not retried" in info.value.message and A in info.value.message
+    assert sent(seen) == [A]
     assert up.balancer.state()[0]["state"] == "down"
     assert up.balancer.state()[0]["failures"] == 1  # one failure, counted once (by the probe)
+    assert all(b.inflight == 0 for b in up.balancer.backends)
+    # the next request does not go to the replica that is down
+    assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
+    assert sent(seen) == [A, B]
+
+
+async def test_a_500_from_a_healthy_replica_is_the_requests_own():
     # a 500 for this request alone (the replica is healthy): vLLM's answer, nobody marked down
     transport, seen = scripted({A: {"/v1/completions": 500}, B: {"/v1/completions": 500}})
     up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
     with pytest.raises(UpstreamHTTPError) as info:
         await up.fetch("POST", "/v1/completions", b"{}")
-    assert info.value.status == 500 and len([u for u in seen if "/v1/" in u]) == 1
+    assert info.value.status == 500 and len(sent(seen)) == 1
     assert [s["state"] for s in up.balancer.state()] == ["up", "up"]
+
+
+async def test_a_connection_dropped_by_a_replica_that_then_dies_is_not_retried():
+    # the request was sent and the replica vanished before answering (a crash): as a 500 with
+    # a failing /health, it may be the cause, so it goes nowhere else
+    transport, seen = scripted({A: {"/v1/completions": DROP, "/health": DROP}})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    with pytest.raises(BadGateway) as info:
+        await up.fetch("POST", "/v1/completions", b"{}")
+    assert info.value.upstream == A and "not retried" in info.value.message
+    assert sent(seen) == [A] and up.balancer.state()[0]["state"] == "down"
+    assert all(b.inflight == 0 for b in up.balancer.backends)
+
+
+async def test_a_dropped_connection_to_a_replica_that_stays_healthy_fails_over():
+    # its /health answers: the request did not kill it (a connection lost on the way), so
+    # the next replica may run it; the replica rests for the back-off as before
+    transport, seen = scripted({A: {"/v1/completions": DROP}})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
+    assert sent(seen) == [A, B]
+    assert [s["state"] for s in up.balancer.state()] == ["down", "up"]
+
+
+async def test_a_replica_already_known_down_is_skipped():
+    # retrying stays where the request never reached an engine
+    transport, seen = scripted({})
+    up = Upstream(transport, Balancer((A, B), backoff=60), Metrics())
+    up.balancer.mark_down(up.balancer.backends[0], "known down")
+    assert b"http://b:2" in await up.fetch("POST", "/v1/completions", b"{}")
+    assert sent(seen) == [B]
 
 
 async def test_the_last_gateway_error_is_the_answer_when_every_replica_gives_one():
