@@ -25,12 +25,15 @@ def norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def judge_hits(results: Sequence[Result]) -> dict[str, int]:
+def judge_hits(results: Sequence[Result], reference: Sequence[Result] | None = None
+               ) -> dict[str, int]:
     """A hit is wrong when its text is not what a miss answered for the same canonical question
-    (or is what a miss answered for another one). Hits with no such reference are unverified."""
+    (or is what a miss answered for another one). Hits with no such reference are unverified.
+    The answers come from `reference` (default: `results`), so a hit in the steady window is
+    judged against a miss answered during ramp-up too."""
     answers: dict[str, set[str]] = defaultdict(set)
     owner: dict[str, set[str]] = defaultdict(set)
-    for r in results:
+    for r in results if reference is None else reference:
         if r.success and r.cache != "hit" and r.canonical_id is not None:
             answers[r.canonical_id].add(norm(r.text))
             owner[norm(r.text)].add(r.canonical_id)
@@ -48,7 +51,11 @@ def judge_hits(results: Sequence[Result]) -> dict[str, int]:
     return out
 
 
-def cache_summary(results: Sequence[Result]) -> dict[str, Any]:
+def cache_summary(results: Sequence[Result], reference: Sequence[Result] | None = None
+                  ) -> dict[str, Any]:
+    """The cache statistics of `results` (a run's steady window); the wrong-answer check takes
+    its reference answers from `reference` (every request of the run; default: `results`)."""
+    reference = results if reference is None else reference
     ok = [r for r in results if r.success]
     n = {k: sum(1 for r in ok if r.cache == k) for k in ("hit", "miss", "bypass", "none")}
     lookups = n["hit"] + n["miss"]
@@ -60,8 +67,8 @@ def cache_summary(results: Sequence[Result]) -> dict[str, Any]:
         "upstream_prompt_tokens_avoided": sum(r.prompt_tokens for r in hits),
         "upstream_output_tokens_avoided": sum(r.output_tokens for r in hits),
     }
-    if any(r.canonical_id is not None for r in results):
-        judged = judge_hits(results)
+    if any(r.canonical_id is not None for r in reference):
+        judged = judge_hits(results, reference)
         d.update({"wrong_cached_answers": judged["wrong"], "correct_cached_answers":
                   judged["correct"], "unverified_cached_answers": judged["unverified"]})
         kinds: dict[str, dict[str, int]] = defaultdict(lambda: {"requests": 0, "hits": 0})

@@ -176,8 +176,9 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
     res.update(stats.summarize(results, span, p.percentiles, p.goodput))
     if p.run.max_concurrency:
         res.update(stats.queue_stats(out.results, p.percentiles))
-    res["cache"] = cachestats.cache_summary(out.results)
-    res["by_cache"] = cachestats.split(out.results, out.duration, p.percentiles)
+    # the same window as the headline; every answer is a reference for judging its hits
+    res["cache"] = cachestats.cache_summary(results, reference=out.results)
+    res["by_cache"] = cachestats.split(results, span, p.percentiles)
     res["selfcheck"] = out.selfcheck.summary()
     if a.save_detailed:
         res.update(stats.detail_lists(out.results))

@@ -94,3 +94,39 @@ def test_completion_rate_is_measured_over_the_completions():
     d = stats.summarize(behind, duration=2.0, percentiles=[99])
     assert d["request_throughput"] == pytest.approx(10.0)
     assert d["completion_rate"] == pytest.approx(20 / 4.75)
+
+
+def test_cache_statistics_cover_the_steady_window_and_judge_against_every_answer():
+    """--warmup-seconds 1 of a 4 s run at 10 req/s: the headline counts the 30 requests sent
+    after the first second. Before, the cache statistics counted all 40 (mock, repeat workload,
+    --warmup-seconds 3: 'completed 33', hits + misses 43). A window hit is still judged against
+    a miss answered during ramp-up, and a wrong hit sent during ramp-up is not counted."""
+    from loadtest import session
+    from loadtest.cli import parser
+    from loadtest.runner import RunOutput
+
+    a = parser().parse_args(["run", "--target", "http://x", "--duration", "4",
+                             "--request-rate", "10", "--warmup-seconds", "1"])
+    t0, results = 100.0, []
+    for i in range(40):
+        at = t0 + round(0.1 * i + 0.05, 6)
+        if i < 10:  # ramp-up: misses p0..p8 (the answers), and one wrong hit
+            cache, cid, text = ("miss", f"p{i}", f"answer {i}") if i < 9 else ("hit", "p0", "x")
+        elif i < 19:  # the window: a hit for each ramp-up question, right
+            cache, cid, text = "hit", f"p{i - 10}", f"answer {i - 10}"
+        else:  # and fresh misses
+            cache, cid, text = "miss", f"p{i}", f"answer {i}"
+        results.append(Result(i, success=True, start=at, scheduled=at, ttft=0.01, latency=0.02,
+                              output_tokens=2, prompt_tokens=8, text=text, cache=cache,
+                              canonical_id=cid, kind="repeat" if cache == "hit" else "new"))
+    res = session.result_dict(a, "http://x", "mock", session.plan(a),
+                              RunOutput(results, 4.0, t0))
+    c = res["cache"]
+    assert res["completed"] == 30 and c["hits"] + c["misses"] == 30
+    assert (c["hits"], c["misses"]) == (9, 21) and c["hit_rate"] == pytest.approx(0.3)
+    assert (c["correct_cached_answers"], c["wrong_cached_answers"]) == (9, 0)
+    assert c["unverified_cached_answers"] == 0
+    assert c["by_kind"] == {"repeat": {"requests": 9, "hits": 9},
+                            "new": {"requests": 21, "hits": 0}}
+    assert {k: v["completed"] for k, v in res["by_cache"].items()} == {"hit": 9, "miss": 21}
+    assert res["by_cache"]["hit"]["request_throughput"] == pytest.approx(9 / 3)
