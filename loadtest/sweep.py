@@ -52,11 +52,30 @@ def parse_slo(spec: str | None) -> dict[str, float]:
     return out
 
 
+MAX_RUNGS = 100  # points of --point-duration each (60 s by default: 100 minutes at most)
+
+
+def rungs(a: argparse.Namespace) -> int:
+    """How many rates --start-rate x --factor^k up to --max-rate makes, counted, not built."""
+    if a.max_rate < a.start_rate:
+        return 0
+    return math.floor(math.log(a.max_rate / a.start_rate) / math.log(a.factor) + 1e-9) + 1
+
+
+def too_many_rungs(a: argparse.Namespace) -> str:
+    return (f"--factor {a.factor:.10g} from --start-rate {a.start_rate:.10g} to --max-rate "
+            f"{a.max_rate:.10g} makes {rungs(a):,} rungs (at most {MAX_RUNGS}, each a point of "
+            "--point-duration): raise --factor or --start-rate, lower --max-rate, or list "
+            "--rates")
+
+
 def ladder(a: argparse.Namespace) -> list[float]:
     if a.rates:
         return [float(r) for r in a.rates.split(",")]
     if a.factor <= 1 or a.start_rate <= 0:
         raise ValueError("--factor must be > 1 and --start-rate > 0")
+    if rungs(a) > MAX_RUNGS:  # a factor just above 1 (1.0000001: 69 million rates) hung
+        raise ValueError(too_many_rungs(a))
     rates, r = [], a.start_rate
     while r <= a.max_rate:
         rates.append(r)
@@ -85,6 +104,8 @@ def check_args(a: argparse.Namespace) -> list[str]:
     if not (a.factor > 1 and 0 < a.start_rate < math.inf and a.max_rate < math.inf):
         # (an infinite --max-rate or --factor: a ladder without end)
         return ["--factor must be > 1, --start-rate > 0, --max-rate finite"]
+    if not a.rates and rungs(a) > MAX_RUNGS:
+        return [too_many_rungs(a)]
     try:
         rates = ladder(a)
         if not rates or any(not 0 < r < math.inf for r in rates):

@@ -85,6 +85,27 @@ def test_slo_parsing() -> None:
         main(["sweep", "--target", "http://x", "--repeats", "3"])
 
 
+def test_a_factor_just_above_1_is_refused_not_a_ladder_of_millions() -> None:
+    # before: --factor 1.0000001 built a list of 69 million rates (minutes, gigabytes)
+    from loadtest.sweep import check_args, ladder
+
+    ap = parser()
+    slow = ap.parse_args(["sweep", "--target", "http://x", "--factor", "1.0007"])  # 9,906
+    assert any("9,906 rungs" in e and "at most 100" in e for e in check_args(slow))
+    tiny = ap.parse_args(["sweep", "--target", "http://x", "--factor", "1.0000001"])
+    with pytest.raises(ValueError, match="69,314,722 rungs"):
+        ladder(tiny)
+    with pytest.raises(SystemExit):
+        main(["sweep", "--target", "http://x", "--factor", "1.0000001"])
+    # a fine ladder that stays within the bound is kept, up to --max-rate
+    fine = ap.parse_args(["sweep", "--target", "http://x", "--factor", "1.1", "--max-rate",
+                          "2"])
+    assert check_args(fine) == [] and len(ladder(fine)) == 8
+    edge = ap.parse_args(["sweep", "--target", "http://x", "--start-rate", "1", "--factor",
+                          "2", "--max-rate", str(2.0 ** 99)])
+    assert check_args(edge) == [] and len(ladder(edge)) == 100
+
+
 @pytest.mark.flaky(reruns=2)  # this VM can stall for seconds, inflating a light point's TTFT
 def test_sweep_finds_the_mocks_known_capacity(tmp_path) -> None:
     """Mock: 2 answers at once, 20 ms + 7 x 5 ms each -> at most 2 / 0.055 = 36.4 req/s."""
