@@ -8,16 +8,20 @@ ready, then all start at one instant: a time.perf_counter() value, which on Linu
 CLOCK_MONOTONIC, the same clock in every process. Each sends its share at the scheduled
 absolute times; the parent merges the per-request records, the send and loop lags and the CPU
 time into one RunOutput, the same shape as a one-process run. A --max-concurrency cap is split
-between the workers (each enforces its share: no cross-process semaphore).
+between the workers (each enforces its share: no cross-process semaphore). Ctrl-C is the
+parent's: workers ignore SIGINT, the parent stops each with one SIGTERM, each keeps the
+requests finished by then (as a one-process run does) and the merged result is `interrupted`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import multiprocessing as mp
 import os
 import queue
+import signal
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -88,23 +92,64 @@ def materialise(requests: Any, cfg: RunConfig) -> tuple[list[Request], list[floa
     return reqs, offs
 
 
+class _Stop:
+    """The parent's SIGTERM (its Ctrl-C), whenever it comes: the run is cancelled once, and
+    keeps what finished. A signal handler of our own, not the loop's (which the loop's close
+    sets back to the default, killing a worker that was about to report)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self._task: asyncio.Task[RunOutput] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cancelled = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.stopped = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel)
+
+    def watch(self, task: asyncio.Task[RunOutput]) -> None:
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        if self.stopped:
+            self._loop.call_soon(self._cancel)
+
+    def _cancel(self) -> None:  # on the loop, so once: a second cancel would cut run()'s cleanup
+        if self._task is not None and not self._cancelled:
+            self._cancelled = True
+            self._task.cancel()
+
+
 def _worker(shard: Shard, events: mp.Queue[Any], go: Event, start: Synchronized[float]) -> None:
+    # a terminal's Ctrl-C reaches every process of the group: the parent's to handle, which
+    # stops each worker once (SIGTERM), so a second signal cannot cut a worker's last report
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop)
     try:
-        out = asyncio.run(_work(shard, events, go, start))
+        out = asyncio.run(_work(shard, events, go, start, stop))
         events.put(("result", shard.index, out))
     except BaseException:  # report every failure to the parent, which raises it
         events.put(("error", shard.index, traceback.format_exc()))
 
 
-async def _work(shard: Shard, events: mp.Queue[Any], go: Event,
-                start: Synchronized[float]) -> RunOutput:
+async def _work(shard: Shard, events: mp.Queue[Any], go: Event, start: Synchronized[float],
+                stop: _Stop) -> RunOutput:
     tok = HFTokenizer(shard.tokenizer) if shard.tokenizer else None
     client = Client(shard.client, shard.run.max_concurrency, tok)
     try:
         events.put(("ready", shard.index, None))
         await asyncio.to_thread(go.wait)
-        return await run(client, iter(shard.requests), shard.run, when=shard.offsets,
-                         start_at=start.value, on_done=lambda: events.put(("done", 1, None)))
+        if not stop.stopped:
+            task = asyncio.ensure_future(run(
+                client, iter(shard.requests), shard.run, when=shard.offsets,
+                start_at=start.value, on_done=lambda: events.put(("done", 1, None))))
+            stop.watch(task)
+            try:
+                return await task
+            except asyncio.CancelledError:  # stopped before it had started: nothing kept
+                pass
+        return RunOutput([], 0.0, start.value, interrupted=True)
     finally:
         await client.aclose()
 
@@ -128,7 +173,7 @@ def merge(outputs: list[RunOutput], t0: float, closed_loop: bool) -> RunOutput:
         wall = o.selfcheck.wall_s
         check.process_utils.append(o.selfcheck.cpu_s / wall if wall > 0 else 0.0)
     check.wall_s = end - t0
-    return RunOutput(results, end - t0, t0, check)
+    return RunOutput(results, end - t0, t0, check, any(o.interrupted for o in outputs))
 
 
 async def run_sharded(parts: list[Shard], cfg: RunConfig, lead_s: float = 0.05) -> RunOutput:
@@ -142,11 +187,26 @@ async def run_sharded(parts: list[Shard], cfg: RunConfig, lead_s: float = 0.05) 
         p.start()
     outputs: dict[int, RunOutput] = {}
     ready = 0
+    interrupted = False
+    pending: asyncio.Future[tuple[str, int, Any] | None] | None = None
     try:
         with progress_bar(cfg) as bar:
             task = bar.add_task("run", total=sum(len(s.requests) for s in parts))
             while len(outputs) < len(procs):
-                msg = await asyncio.to_thread(_next, events)
+                if pending is None:
+                    pending = asyncio.ensure_future(asyncio.to_thread(_next, events))
+                try:  # shielded: a message read when Ctrl-C comes is still read after it
+                    msg = await asyncio.shield(pending)
+                except asyncio.CancelledError:  # Ctrl-C (asyncio.run cancels us)
+                    if interrupted or not go.is_set():
+                        raise  # nothing sent yet, or a second Ctrl-C: give up
+                    interrupted = True  # each worker keeps what finished and reports it
+                    for p in procs:
+                        if p.pid is not None and p.is_alive():
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(p.pid, signal.SIGTERM)
+                    continue
+                pending = None
                 if msg is None:
                     dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                     if dead:
@@ -169,7 +229,9 @@ async def run_sharded(parts: list[Shard], cfg: RunConfig, lead_s: float = 0.05) 
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return merge(list(outputs.values()), start.value, math.isinf(cfg.request_rate))
+    out = merge(list(outputs.values()), start.value, math.isinf(cfg.request_rate))
+    out.interrupted |= interrupted
+    return out
 
 
 async def run_workers(requests: Any, cfg: RunConfig, client: ClientConfig,

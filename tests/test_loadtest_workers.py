@@ -134,3 +134,57 @@ def test_one_process_makes_every_prompt_before_the_first_send(tmp_path, monkeypa
                      "--json", str(tmp_path / "r.json")]) == 0
     assert len(sent) > 10 and len(made) >= len(sent)
     assert max(made) < min(sent)
+
+
+def test_the_merged_run_is_interrupted_when_any_shard_was():
+    from loadtest.client import Result
+    from loadtest.runner import RunOutput
+    from loadtest.workers import merge
+
+    whole = RunOutput([Result(0, success=True)], 2.0, 100.0)
+    cut = RunOutput([Result(1, success=True)], 1.0, 100.0, interrupted=True)
+    assert merge([whole, cut], 100.0, False).interrupted  # before: False, the cut one dropped
+    assert not merge([whole, whole], 100.0, False).interrupted
+
+
+@pytest.mark.parametrize("who", ["terminal", "parent"])
+def test_ctrl_c_of_a_sharded_run_saves_what_finished_and_says_interrupted(tmp_path, who):
+    """A terminal's Ctrl-C reaches the whole process group; `kill -INT` the parent alone.
+    Before, either way the parent's collecting was cancelled: no result, no JSON, only
+    'interrupted' and exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.procs import REPO
+    from tests.test_loadtest_runner import served
+
+    with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
+        out = tmp_path / "r.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
+             "--request-rate", "20", "--workers", "2", "--no-scrape", "--json", str(out),
+             "--no-progress", "--output-len", "4", "--input-len", "8"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:  # Ctrl-C once the mock has answered 25 requests
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None and served(url) < 25:
+                time.sleep(0.1)
+            if who == "terminal":
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    res = json.loads(out.read_text())
+    assert res["interrupted"] is True and res["client_workers"] == 2 and res["completed"] > 20
+    rows = out.with_suffix(".requests.jsonl").read_text().splitlines()
+    assert len(rows) >= res["completed"]
