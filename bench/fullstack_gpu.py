@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
+from loadtest.sweep import meets, parse_slo
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
@@ -73,22 +74,44 @@ def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
     return {}
 
 
-def sweeps(results: Path) -> list[dict[str, Any]]:
-    """Every finished sweep: ratio, target, profile (folders without one: `baseline`)."""
+def unfinished(folder: Path, slo: dict[str, float]) -> dict[str, Any] | None:
+    """A sweep cut before its sweep.json (a device budget ran out): its goodput from the points
+    it finished, by the sweep's own rule (the highest rate that met the SLO; bracketed when a
+    higher one missed). Knee and saturation need the whole ladder: not given."""
+    points = [json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json"))]
+    if not points or not slo:
+        return None
+    met = [float(p["request_rate"]) for p in points if meets(p, slo)]
+    best = max(met, default=None)
+    return {"goodput_rate": best, "knee_rate": None, "saturation_rate": None,
+            "goodput_bounded": any(not meets(p, slo) and (best is None
+                                                          or float(p["request_rate"]) > best)
+                                   for p in points)}
+
+
+def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
+    """Every sweep: ratio, target, profile (folders without one: `baseline`); a sweep without
+    its sweep.json is read from its points and marked unfinished."""
     found = []
-    for path in sorted(results.glob("r*-*/sweep.json")):
-        m = FOLDER.fullmatch(path.parent.name)  # r0.6-direct, r0.6-fullstack-tuned.2
+    for folder in sorted(f for f in results.glob("r*-*") if f.is_dir()):
+        m = FOLDER.fullmatch(folder.name)  # r0.6-direct, r0.6-fullstack-tuned.2
         if not m:
             continue
         ratio, target, profile, repeat = m.group("ratio", "target", "profile", "repeat")
-        s = json.loads(path.read_text())
-        # bounded: some rate tried missed the SLO (sweeps before the flag: from the points)
-        bounded = s.get("goodput_bounded", any(not p["meets_slo"] for p in s.get("points", [])))
         profile = (profile or "baseline") + (f" #{repeat}" if repeat else "")
-        found.append({"ratio": ratio, "target": target, "profile": profile,
-                      **{k: s.get(k) for k in ("goodput_rate", "knee_rate", "saturation_rate")},
-                      "goodput_bounded": bounded,
-                      "cache": point_cache(path.parent, s.get("goodput_rate"))})
+        if (folder / "sweep.json").exists():
+            s = json.loads((folder / "sweep.json").read_text())
+            # bounded: some rate tried missed the SLO (sweeps before the flag: from the points)
+            row = {k: s.get(k) for k in ("goodput_rate", "knee_rate", "saturation_rate")}
+            row["goodput_bounded"] = s.get("goodput_bounded", any(
+                not p["meets_slo"] for p in s.get("points", [])))
+        else:
+            cut = unfinished(folder, parse_slo(slo))
+            if cut is None:
+                continue
+            row, profile = cut, profile + " (unfinished)"
+        found.append({"ratio": ratio, "target": target, "profile": profile, **row,
+                      "cache": point_cache(folder, row["goodput_rate"])})
     return found
 
 
@@ -102,7 +125,7 @@ def report(a: argparse.Namespace) -> str:
              "ratio = full stack / vLLM alone", "",
              "| repeat ratio | target | vLLM profile | goodput req/s | knee req/s | saturated at | "
              "hit rate at goodput | wrong cached answers |", "|---|---|---|---|---|---|---|---|"]
-    rows = sweeps(a.results)
+    rows = sweeps(a.results, a.slo)
     for r in rows:
         cache = r["cache"]
         hit = f"{cache['hit_share']:.2f}" if "hit_share" in cache else "–"

@@ -75,3 +75,21 @@ def test_a_repeated_sweep_gets_its_own_folder_and_row(tmp_path):
     assert "| 0.6 | direct | baseline #2 | 40.0 |" in text
     assert "| 0.6 | 120.0 (prefix-caching) | 36.0 (baseline) | **3.33×** |" in text
     assert "| 0.6 | 120.0 (prefix-caching) | 40.0 (baseline #2) | **3.00×** |" in text
+
+
+def test_a_sweep_cut_before_its_summary_is_read_from_its_points(tmp_path):
+    write(tmp_path, "0.6", "direct", 40.0, profile="baseline")
+    cut = tmp_path / "r0.6-fullstack-tuned.2"
+    cut.mkdir()
+    for i, (rate, ttft, failed) in enumerate([(60.0, 200.0, 0), (90.0, 900.0, 0),
+                                              (135.0, 4000.0, 0), (112.5, 800.0, 2)]):
+        (cut / f"point-{i + 1:02d}-{rate:g}.json").write_text(json.dumps(
+            {"request_rate": rate, "completed": 100, "failed": failed, "p99_ttft_ms": ttft,
+             "p99_tpot_ms": 10.0, "cache": {"hit_share": 0.6, "wrong_cached_answers": 0}}))
+    (tmp_path / "r0.6-fullstack-other").mkdir()  # nothing in it: no row
+    text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000,tpot_p99:50",
+                                     point_s=30.0))
+    # 112.5 failed two requests: missed; 90 is the highest met, bracketed by 112.5 and 135
+    assert "| 0.6 | fullstack | tuned #2 (unfinished) | 90.0 | None | None | 0.60 | 0 |" in text
+    assert "| 0.6 | 90.0 (tuned #2 (unfinished)) | 40.0 (baseline) | **2.25×** |" in text
+    assert "other" not in text
