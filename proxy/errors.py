@@ -1,7 +1,16 @@
-"""One error tree. Every failure the client can see is a ProxyError with an OpenAI-shaped body."""
+"""One error tree. Every failure the client can see is a ProxyError with an OpenAI-shaped body.
+
+A request the proxy refuses where vLLM would refuse it too is answered as vLLM 0.32 answers
+it (same status, `type`, `code` and `param`), so that clients cannot tell the proxy is there:
+VllmTypeError for what vLLM's typing of the body refuses (FastAPI's RequestValidationError),
+VllmValueError for what its own checks refuse (VLLMValidationError, ValueError, TypeError).
+The proxy's own refusals (limits, keys, timeouts) keep their OpenAI types and string codes.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -29,6 +38,69 @@ class BadRequest(ProxyError):
 
 class InputTooLong(BadRequest):
     code = "context_length_exceeded"
+
+
+class VllmTypeError(BadRequest):
+    """What vLLM's RequestValidationError handler answers (`param`: "body.<field>...")."""
+
+    type = "Bad Request"
+    code = 400
+
+
+class VllmValueError(BadRequest):
+    """What vLLM answers for a VLLMValidationError, ValueError or TypeError of a request."""
+
+    type = "BadRequestError"
+    code = 400
+
+
+# vLLM's clean_loc_for_param (entrypoints/serve/exception_handling/handlers/validation.py):
+# pydantic-core's wrapper and union-branch markers are dropped from an error's location
+_BRACKETED = re.compile(r"[\[\]{}()]")
+_MARKERS = frozenset({
+    "function-wrap", "function-after", "function-before", "function-plain", "json-or-python",
+    "lax-or-strict", "chain", "default", "nullable", "tagged-union", "union", "call",
+    "arguments", "is-instance", "is-subclass", "callable", "str", "int", "float", "bool",
+    "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset", "complex", "none",
+    "nonetype"})
+_MAX_REPORTED, _MAX_INPUT, _MAX_LINE = 10, 200, 1000
+
+
+def clean_loc(loc: Iterable[int | str]) -> str:
+    given = [str(p) for p in loc]
+    parts = [p for p in given if not (_BRACKETED.search(p) or p.lower() in _MARKERS)]
+    return ".".join(parts or given)
+
+
+def _summary(value: Any) -> Any:
+    if isinstance(value, str):
+        return value[:_MAX_INPUT] + "...[truncated]" if len(value) > _MAX_INPUT else value
+    if isinstance(value, list | tuple | set | frozenset | dict):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    try:
+        text = str(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"<{type(value).__name__}>"
+    return text[:_MAX_INPUT] + "...[truncated]" if len(text) > _MAX_INPUT else text
+
+
+def validation_error(errors: list[Mapping[str, Any]]) -> VllmTypeError:
+    """vLLM's answer to these (FastAPI-style) validation errors: each error's `loc` starts with
+    "body"; the message lists at most ten, `param` is the first one's location."""
+    lines = []
+    for err in errors[:_MAX_REPORTED]:
+        item = {k: err[k] for k in ("type", "loc", "msg", "input", "ctx") if k in err}
+        item["loc"] = clean_loc(item["loc"])
+        if "input" in item:
+            item["input"] = _summary(item["input"])
+        text = str(item)
+        lines.append(text[:_MAX_LINE] + "...[truncated]" if len(text) > _MAX_LINE else text)
+    count = len(errors)
+    label = "error" if count == 1 else "errors"
+    message = f"{count} validation {label}:\n" + "".join(f"  {line}\n" for line in lines)
+    if count > len(lines):
+        message += f"  ...and {count - len(lines)} more {label}\n"
+    return VllmTypeError(message.rstrip(), param=clean_loc(errors[0]["loc"]) if errors else None)
 
 
 class Unauthorized(ProxyError):

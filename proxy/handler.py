@@ -147,7 +147,6 @@ class CompletionHandler:
         raw = await read_body(request, s.max_body_bytes, s.body_timeout)
         body = await self.bounds.parse(raw, kind)
         params.check(kind, body, s.greedy)  # as vLLM checks them, before greedy overwrites them
-        openai.validate(kind, body)
         if kind == "completions":
             trace.weight = prompt_count(body["prompt"])
         if s.log_prompts:
@@ -237,7 +236,7 @@ class CompletionHandler:
     async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace,
                      route: RouteRequest) -> bytes:
         async with self.d.admission.slot(trace.tenant, trace.weight):
-            opened = await self.d.upstream.open("POST", PATHS[kind], orjson.dumps(body),
+            opened = await self.d.upstream.open("POST", PATHS[kind], openai.dumps(body),
                                                 _upstream_headers(trace), route)
             trace.upstream = opened.backend.url
             return await self.d.upstream.read(opened)
@@ -248,7 +247,7 @@ class CompletionHandler:
         await d.admission.acquire(trace.tenant, trace.weight)
         try:
             return await d.upstream.open("POST", PATHS[kind],
-                                         orjson.dumps(policy.with_usage(body)),
+                                         openai.dumps(policy.with_usage(body)),
                                          _upstream_headers(trace), route)
         except BaseException:
             d.admission.release(trace.tenant, trace.weight)

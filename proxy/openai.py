@@ -1,13 +1,21 @@
-"""OpenAI request shapes (validated just enough to never 500) and OpenAI-shaped error bodies."""
+"""OpenAI request bodies read and refused as vLLM reads and refuses them; OpenAI-shaped error
+bodies."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import orjson
 
-from proxy import effective
-from proxy.errors import BadRequest, ProxyError, UpstreamHTTPError
+from proxy.errors import (
+    ProxyError,
+    UpstreamHTTPError,
+    VllmTypeError,
+    VllmValueError,
+    validation_error,
+)
 from proxy.types import Kind
 
 JSON = "application/json"
@@ -29,83 +37,107 @@ def _is_openai_error(content: bytes) -> bool:
     return isinstance(data, dict) and isinstance(data.get("error"), dict)
 
 
+# orjson reads an integer past 64 bits as a float (10**30 -> 1e30): where one may be, parse as
+# vLLM does (FastAPI: the stdlib json), which keeps it exact
+_LONG_NUMBER = re.compile(rb"\d{19}")
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
-    if not raw:
-        raise BadRequest("the request body is empty; expected a JSON object")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON (UTF-8): {exc}") from None
+    """The body as vLLM's FastAPI reads it, refused as vLLM refuses it (found by a review: the
+    proxy's own errors here were `invalid_request_error` with code null): orjson where it
+    agrees, else the stdlib's json, which also takes what orjson refuses and vLLM accepts
+    (NaN, Infinity, a byte order mark, UTF-16, lone surrogates)."""
+    data: Any = None
+    if raw:
+        try:
+            if _LONG_NUMBER.search(raw):
+                raise orjson.JSONDecodeError("long number", "", 0)
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = _stdlib_json(raw)
+    if data is None:  # no body, or `null`
+        raise validation_error([{"type": "missing", "loc": ("body",), "msg": "Field required",
+                                 "input": None}])
     if not isinstance(data, dict):
-        raise BadRequest("the request body must be a JSON object")
+        raise validation_error([{
+            "type": "model_attributes_type", "loc": ("body",),
+            "msg": "Input should be a valid dictionary or object to extract fields from",
+            "input": data}])
     return data
 
 
-def _positive_int(body: dict[str, Any], name: str) -> None:
-    value = body.get(name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"'{name}' must be an integer", param=name)
-    if value < 1:
-        raise BadRequest(f"'{name}' must be at least 1, got {value}", param=name)
+def _stdlib_json(raw: bytes) -> Any:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise validation_error([{"type": "json_invalid", "loc": ("body", exc.pos),
+                                 "msg": "JSON decode error", "input": {},
+                                 "ctx": {"error": exc.msg}}]) from None
+    except (ValueError, RecursionError):  # not UTF-8/16/32; nested past the recursion limit
+        # vLLM (FastAPI) answers {"detail": ...} here: the same words, OpenAI-shaped
+        raise VllmTypeError("There was an error parsing the body") from None
+    if _SURROGATE.search(raw):
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            # vLLM reads a lone surrogate, then fails where it meets one (its tokenizer: a 400
+            # BadRequestError); the proxy's tokenizer, cache and logs cannot hold one: refused
+            # here, as vLLM refuses a prompt that has one
+            raise VllmValueError("the request has a lone UTF-16 surrogate (\\ud800-\\udfff) "
+                                 "in a string: text must be valid Unicode") from None
+    return data
 
 
-def _check_messages(messages: Any) -> None:
-    if messages is None:
-        raise BadRequest("'messages' is required", param="messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array", param="messages")
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            raise BadRequest(f"messages[{i}] must be an object with a string 'role'",
-                             param="messages")
-        content = msg.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise BadRequest(f"messages[{i}].content must be a string or an array",
-                             param="messages")
-        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-            raise BadRequest(f"messages[{i}].content parts must be objects", param="messages")
-
-
-def _check_prompt(prompt: Any) -> None:
-    if prompt is None:
-        raise BadRequest("'prompt' is required", param="prompt")
-    if isinstance(prompt, str):
-        return
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return
-        if all(isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool)
-                                                 for t in p) for p in prompt):
-            return
-    raise BadRequest("'prompt' must be a string, an array of strings or of token ids",
-                     param="prompt")
+def dumps(value: Any) -> bytes:
+    """JSON for vLLM or a cache key: orjson, or the stdlib's for integers past 64 bits."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def validate(kind: Kind, body: dict[str, Any]) -> None:
+    """What vLLM refuses once the request is typed, before its sampling parameters are
+    checked: no messages, message content it cannot read, no prompt (params.check calls it)."""
     if kind == "chat":
-        _check_messages(body.get("messages"))
+        _check_messages(body["messages"])
     else:
         _check_prompt(body.get("prompt"))
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise BadRequest("'model' must be a string", param="model")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise BadRequest("'stream' must be a boolean", param="stream")
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise BadRequest("'stream_options' must be an object", param="stream_options")
-    if not effective.echo_only(kind, body):
-        _positive_int(body, "max_tokens")
-    if kind == "chat":
-        _positive_int(body, "max_completion_tokens")  # completions ignore the field
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise BadRequest("'n' must be a positive integer", param="n")
+
+
+def _check_messages(messages: list[Any]) -> None:
+    if not messages:
+        raise VllmValueError("Cannot apply chat template to an empty conversation. "
+                             "Provide at least one message.")
+    for msg in messages:
+        content = msg.get("content")
+        if isinstance(content, str) or content is None:
+            continue
+        # vLLM validates content parts lazily, while it renders the chat: a dict is read as
+        # its keys (strings), and a part that is not an object is refused
+        parts = list(content)
+        for i, part in enumerate(parts):
+            if not isinstance(part, dict):
+                raise VllmValueError(
+                    f"4 validation errors for ValidatorIterator\n"
+                    f"{i}.ChatCompletionContentPartTextParam\n  Input should be a valid "
+                    f"dictionary [type=dict_type, input_value={part!r}, "
+                    f"input_type={type(part).__name__}]")
+
+
+def _check_prompt(prompt: Any) -> None:
+    if prompt is None or prompt == "":
+        raise VllmValueError("Either prompt or prompt_embeds must be provided and non-empty. "
+                             "(parameter=prompt)", param="prompt")
+    if prompt == []:
+        raise VllmValueError("You must pass at least one prompt")
+
+
+def check_prompts_not_empty(prompt: Any) -> None:
+    """vLLM's check after the sampling parameters': no prompt of a batch is empty."""
+    if isinstance(prompt, list) and any(p in ("", []) for p in prompt):
+        raise VllmValueError("The decoder prompt cannot be empty")
 
 
 def wants_usage(body: dict[str, Any]) -> bool:

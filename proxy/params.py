@@ -1,35 +1,31 @@
-"""Sampling parameters checked as vLLM 0.32 checks them, so the proxy rejects what vLLM rejects
-and accepts what it accepts (even when forced greedy decoding overwrites the value).
+"""A request body checked as vLLM 0.32 checks it, so the proxy rejects what vLLM rejects, with
+vLLM's status, type, code and param, and accepts what it accepts (even when forced greedy
+decoding overwrites the value).
 
-Two stages, as in vLLM: pydantic's lax typing of the request (`max_tokens: "5"` is 5, `stream:
-1` is true; errors are `type: "Bad Request"`, `param: "body.<field>"`), then SamplingParams'
-range checks (`type: "BadRequestError"`). The coerced values are written back into the body.
+The stages, in vLLM's order: its model's before-validators on the raw body; pydantic's lax
+typing of the request, `messages` and `prompt` included (`max_tokens: "5"` is 5, `stream: 1` is
+true, `prompt: [true]` is token 1; errors are `type: "Bad Request"`, `param: "body.<field>"`);
+what rendering refuses (openai.validate: no messages, no prompt); then SamplingParams' range
+checks (`type: "BadRequestError"`); last, an empty prompt in a batch. The coerced values are
+written back into the body.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, Required
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import TypedDict
 
-from proxy import effective
-from proxy.errors import BadRequest
+from proxy import effective, openai
+from proxy.errors import VllmTypeError, VllmValueError, validation_error
 from proxy.types import Kind
 
+__all__ = ["VllmTypeError", "VllmValueError", "check"]
+
 _INT64 = 2**63
-_BRANCH = re.compile(r"^(str|int|float|bool|none)$|\[")  # pydantic's union-branch loc parts
-
-
-class VllmTypeError(BadRequest):
-    type = "Bad Request"  # what vLLM's RequestValidationError handler answers
-    code = 400
-
-
-class VllmValueError(BadRequest):
-    type = "BadRequestError"  # what vLLM's VLLMValidationError answers
-    code = 400
 
 
 class _StreamOptions(BaseModel):  # vLLM's StreamOptions: lax bools ("yes", 1 -> True)
@@ -38,50 +34,104 @@ class _StreamOptions(BaseModel):  # vLLM's StreamOptions: lax bools ("yes", 1 ->
     continuous_usage_stats: bool | None = False
 
 
-class _Common(BaseModel):
+# vLLM types `messages` as a union of eight message shapes and reports a message no shape takes
+# under the first one's name (`param`: "body.messages.0.ChatCompletionDeveloperMessageParam.
+# role"): that one is copied (openai's types), the others are summed up by vLLM's last resort,
+# any string role with content that is text, iterable or absent (content parts are checked
+# later, as vLLM checks them: openai.validate).
+class ChatCompletionContentPartTextParam(TypedDict):
+    text: Required[str]
+    type: Required[Literal["text"]]
+
+
+class ChatCompletionDeveloperMessageParam(TypedDict, total=False):
+    content: Required[str | Iterable[ChatCompletionContentPartTextParam]]
+    role: Required[Literal["developer"]]
+    name: str
+
+
+class CustomChatCompletionMessageParam(TypedDict, total=False):
+    role: Required[str]
+    content: str | Iterable[Any] | None
+
+
+_Message = ChatCompletionDeveloperMessageParam | CustomChatCompletionMessageParam
+_Prompt = list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]] | str \
+    | list[str] | None
+_Seed = Annotated[int, Field(ge=-_INT64, le=_INT64 - 1)]
+
+
+class _Chat(BaseModel):
+    """vLLM's ChatCompletionRequest, the fields the proxy reads, in vLLM's order (its first
+    error names the `param`)."""
     model_config = ConfigDict(extra="ignore")
+    messages: list[_Message]
     model: str | None = None
     frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
     max_tokens: int | None = None
+    max_completion_tokens: int | None = None
     n: int | None = None
-    seed: Annotated[int, Field(ge=-_INT64, le=_INT64 - 1)] | None = None
+    presence_penalty: float | None = None
+    seed: _Seed | None = None
     stop: str | list[str] | None = None
     stream: bool | None = None
+    stream_options: _StreamOptions | None = None
     temperature: float | None = None
     top_p: float | None = None
+    user: str | None = None
     top_k: int | None = None
     min_p: float | None = None
-    min_tokens: int | None = None
-    user: str | None = None
+    repetition_penalty: float | None = None
     ignore_eos: bool | None = None
-    stream_options: _StreamOptions | None = None
+    min_tokens: int | None = None
+    echo: bool | None = None
     # outside the cache key (effective.NEUTRAL): a hit must refuse what vLLM refuses (a review)
-    priority: Annotated[int, Field(ge=-_INT64, le=_INT64 - 1)] = 0
+    priority: _Seed = 0
     request_id: str = ""
     session_id: str | None = None
     stream_interval: Annotated[int, Field(ge=1)] | None = None
 
 
-class _Chat(_Common):
-    max_completion_tokens: int | None = None
-    logprobs: bool | None = None
+class _Completions(BaseModel):
+    """vLLM's CompletionRequest, the fields the proxy reads, in vLLM's order."""
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    prompt: _Prompt = None
     echo: bool | None = None
-
-
-class _Completions(_Common):
-    n: int = 1  # chat's may be null, completions' not
-    echo: bool | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
     logprobs: int | None = None
+    max_tokens: int | None = None
+    n: int = 1  # chat's may be null, completions' not
+    presence_penalty: float | None = None
+    seed: _Seed | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool | None = None
+    min_tokens: int | None = None
+    priority: _Seed = 0
+    request_id: str = ""
+    session_id: str | None = None
+    stream_interval: Annotated[int, Field(ge=1)] | None = None
 
 
-_MODELS: dict[Kind, type[_Common]] = {"chat": _Chat, "completions": _Completions}
+_MODELS: dict[Kind, type[BaseModel]] = {"chat": _Chat, "completions": _Completions}
 
 
 def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
-    """Raise what vLLM would answer for these parameters; else coerce them in place."""
+    """Raise what vLLM would answer for this body; else coerce its parameters in place."""
+    messages = body.get("messages", [])  # vLLM's before-validator iterates them
+    if kind == "chat" and (messages is None or isinstance(messages, int | float)):
+        raise VllmValueError(f"'{type(messages).__name__}' object is not iterable")
     # vLLM's first check, on the raw body (a cache hit must refuse it too: found by a review,
     # such a request was a 200 HIT where vLLM answers 400)
     if body.get("stream_options") and not body.get("stream"):
@@ -94,14 +144,17 @@ def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
         raise VllmValueError(f"`logprobs` must be an integer. (parameter=logprobs, "
                              f"value={body['logprobs']})", param="logprobs")
     model = _MODELS[kind]
-    given = {k: body[k] for k in model.model_fields if k in body}
     try:
-        parsed = model.model_validate(given)
+        # as FastAPI validates it: a nested object that is not one is `model_attributes_type`
+        parsed = model.model_validate(body, from_attributes=True)
     except ValidationError as exc:
         raise _type_error(exc) from None
-    coerced = parsed.model_dump(exclude_unset=True)
-    body.update(coerced)
+    coerced = parsed.model_dump(exclude_unset=True, exclude={"messages"})
+    body.update(coerced)  # a prompt [true] is [1], as vLLM reads it
+    openai.validate(kind, body)
     _ranges(coerced, echo_only=effective.echo_only(kind, coerced))
+    if kind == "completions":
+        openai.check_prompts_not_empty(body["prompt"])
     n = coerced.get("n")
     if greedy and n is not None and n > 1:
         raise VllmValueError(f"n={n} asks for {n} choices, but this proxy forces greedy "
@@ -123,21 +176,8 @@ def _cache_salt(salt: Any) -> None:
 
 
 def _type_error(exc: ValidationError) -> VllmTypeError:
-    errors = exc.errors(include_url=False, include_context=False)
-    lines = []
-    for err in errors:
-        loc = _loc(err["loc"])
-        text = str(err.get("input"))
-        lines.append(str({"type": err["type"], "loc": loc, "msg": err["msg"],
-                          "input": text[:200]}))
-    first = _loc(errors[0]["loc"]) if errors else None
-    plural = "" if len(errors) == 1 else "s"
-    return VllmTypeError(f"{len(errors)} validation error{plural}:\n  " + "\n  ".join(lines),
-                         param=first)
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    return ".".join(["body", *(str(p) for p in loc if not _BRANCH.search(str(p)))])
+    errors = exc.errors(include_url=False)
+    return validation_error([{**e, "loc": ("body", *e["loc"])} for e in errors])
 
 
 def _ranges(v: dict[str, Any], echo_only: bool = False) -> None:
@@ -149,11 +189,16 @@ def _ranges(v: dict[str, Any], echo_only: bool = False) -> None:
         if v.get(name) is not None and not -2.0 <= v[name] <= 2.0:
             raise bad(f"{name} must be in [-2, 2], got {v[name]}.")
     rep = v.get("repetition_penalty")
-    if rep is not None and (not math.isfinite(rep) or rep <= 0.0):
+    if rep is not None and not math.isfinite(rep):
+        raise bad(f"repetition_penalty must be a finite number, got {rep}.")
+    if rep is not None and rep <= 0.0:
         raise bad(f"repetition_penalty must be greater than zero, got {rep}.")
     t = v.get("temperature")
     if t is not None:
-        if not math.isfinite(t) or t < 0.0:
+        if not math.isfinite(t):
+            raise bad(f"temperature must be a finite number, got {t}. (parameter=temperature, "
+                      f"value={t})", "temperature")
+        if t < 0.0:
             raise bad(f"temperature must be non-negative, got {t}. (parameter=temperature, "
                       f"value={t})", "temperature")
         if t > 2.0:

