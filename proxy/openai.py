@@ -39,7 +39,11 @@ def _is_openai_error(content: bytes) -> bool:
 
 # orjson reads an integer past 64 bits as a float (10**30 -> 1e30): where one may be, parse as
 # vLLM does (FastAPI: the stdlib json), which keeps it exact
-_LONG_NUMBER = re.compile(rb"\d{19}")
+# (19 digits in a row anywhere, strings included: then the slower path, still right). Looked
+# for as digits mapped to "0" and a bytes search: ~5 us for 3 KB where re's \d{19} took ~45 us
+# (4x the whole parse and check of a typical chat body).
+_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
@@ -51,7 +55,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     data: Any = None
     if raw:
         try:
-            if _LONG_NUMBER.search(raw):
+            if _LONG_RUN in raw.translate(_TO_ZERO):
                 raise orjson.JSONDecodeError("long number", "", 0)
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
