@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -23,7 +24,10 @@ class JsonFormatter(logging.Formatter):
             out["msg"] = record.getMessage()
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(out, default=str).decode()
+        try:
+            return orjson.dumps(out, default=str).decode()
+        except TypeError:  # an integer past 64 bits (a logged prompt of token ids, a tool)
+            return json.dumps(out, default=str, ensure_ascii=False)
 
 
 def setup_logging(level: str) -> None:

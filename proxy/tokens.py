@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
+from proxy import openai
 from proxy.errors import BadRequest, ProxyError, UpstreamHTTPError
 from proxy.types import TextCounter
 
@@ -159,7 +160,7 @@ class RemoteCounter:
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            content = await self.fetch("POST", path, orjson.dumps(body),
+            content = await self.fetch("POST", path, openai.dumps(body),
                                        {"content-type": "application/json"})
         except UpstreamHTTPError as exc:
             raise BadRequest(f"vLLM could not tokenize the input: "
@@ -201,7 +202,7 @@ def _size(messages: Messages, tools: list[Any] | None = None) -> int:
     (100k empty messages are seconds of template work), plus the tools' JSON."""
     total = MESSAGE_CHARS * len(messages)
     if tools:
-        total += len(orjson.dumps(tools))
+        total += len(openai.dumps(tools))  # may hold an integer past 64 bits
     for m in messages:
         content = m.get("content")
         if isinstance(content, str):

@@ -468,3 +468,31 @@ async def test_a_body_not_sent_as_json_is_vllms_400_and_spends_no_limit():
                          headers={**auth, "content-type": "application/json; charset=utf-8"})
     assert r.status_code == 200, r.text  # the one request a minute was not spent above
     assert len(fake.completions()) == 1
+
+
+async def test_integers_past_64_bits_outside_the_sampling_fields_are_forwarded_exactly():
+    # found by a review: since such bodies are read exactly (the stdlib json), a tool schema's
+    # or a message's integer past 64 bits reached orjson.dumps in the token counter's /tokenize
+    # call: a 500 (it was a 200 before, the integer read as a float)
+    fake = FakeVllm()
+    big = 123456789012345678901234
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "maximum": big}}}}}
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        tools = await c.post("/v1/chat/completions", json={**CHAT, "tools": [tool]})
+        extra = await c.post("/v1/chat/completions", json={
+            **CHAT, "messages": [{"role": "user", "content": "hi", "x": big}]})
+    assert (tools.status_code, extra.status_code) == (200, 200), (tools.text, extra.text)
+    sent = [r.json for r in fake.completions()]
+    assert sent[0]["tools"][0]["function"]["parameters"]["properties"]["a"]["maximum"] == big
+    assert sent[1]["messages"][0]["x"] == big
+
+
+def test_a_logged_prompt_with_an_integer_past_64_bits_is_still_one_json_line():
+    import logging
+
+    from proxy.logs import JsonFormatter
+
+    record = logging.LogRecord("proxy.access", logging.INFO, __file__, 1, "", None, None)
+    record.fields = {"status": 200, "prompt": [2**100, 5]}
+    assert json.loads(JsonFormatter().format(record))["prompt"] == [2**100, 5]
