@@ -44,7 +44,7 @@ def _is_openai_error(content: bytes) -> bool:
 # (4x the whole parse and check of a typical chat body).
 _TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -73,7 +73,9 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 
 def _stdlib_json(raw: bytes) -> Any:
     try:
-        data = json.loads(raw)
+        # json.loads(raw) decodes so too; decoded here, the text is searched for surrogates
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise validation_error([{"type": "json_invalid", "loc": ("body", exc.pos),
                                  "msg": "JSON decode error", "input": {},
@@ -81,15 +83,18 @@ def _stdlib_json(raw: bytes) -> Any:
     except (ValueError, RecursionError):  # not UTF-8/16/32; nested past the recursion limit
         # vLLM (FastAPI) answers {"detail": ...} here: the same words, OpenAI-shaped
         raise VllmTypeError("There was an error parsing the body") from None
-    if _SURROGATE.search(raw):
-        try:
+    try:
+        # a lone surrogate in the text itself (its UTF-8 bytes ED A0 80, a UTF-16/32 body's code
+        # unit: decoded as the stdlib's json decodes, 'surrogatepass'), or escaped (\ud800)
+        text.encode()
+        if _SURROGATE.search(text):
             json.dumps(data, ensure_ascii=False).encode()
-        except UnicodeEncodeError:
-            # vLLM reads a lone surrogate, then fails where it meets one (its tokenizer: a 400
-            # BadRequestError); the proxy's tokenizer, cache and logs cannot hold one: refused
-            # here, as vLLM refuses a prompt that has one
-            raise VllmValueError("the request has a lone UTF-16 surrogate (\\ud800-\\udfff) "
-                                 "in a string: text must be valid Unicode") from None
+    except UnicodeEncodeError:
+        # vLLM reads a lone surrogate, then fails where it meets one (its tokenizer: a 400
+        # BadRequestError); the proxy's tokenizer, cache and logs cannot hold one: refused
+        # here, as vLLM refuses a prompt that has one
+        raise VllmValueError("the request has a lone UTF-16 surrogate (\\ud800-\\udfff) "
+                             "in a string: text must be valid Unicode") from None
     return data
 
 

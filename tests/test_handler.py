@@ -185,6 +185,10 @@ BAD_BODIES: list[tuple[bytes, int]] = [
     (b"{not json", 400),
     (b"\xff\xfe{}", 400),  # invalid UTF-8
     (b'{"model": "tiny", "messages": [{"role": "user", "content": "\\ud800"}]}', 400),
+    # a lone surrogate as UTF-8 bytes, or in a UTF-16 body: was a 500 (found by a review)
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}', 400),
+    ('{"model": "tiny", "messages": [{"role": "user", "content": "\\ud800"}]}'.encode("utf-16"),
+     400),
     (b"[]", 400),
     (b"", 400),
     (b'{"model": "tiny"}', 400),  # missing messages

@@ -48,6 +48,25 @@ def test_parse_json_reads_what_vllm_reads():
                                           "type": "Bad Request", "param": None, "code": 400}
 
 
+@pytest.mark.parametrize("raw", [
+    b'{"a": "\\ud800"}',  # an escaped one: found before too
+    b'{"a": "x\xed\xa0\x80"}',  # its UTF-8 bytes, which the stdlib's json decodes as it
+    '{"a": "\\udc00"}'.encode("utf-16"), '{"a": "\\ud800"}'.encode("utf-32-le"),
+])
+def test_a_lone_surrogate_is_refused_however_the_body_spells_it(raw):
+    """Found by a review: only the escape in UTF-8 bytes was looked for, so a lone surrogate
+    as raw bytes (ED A0 80) or in a UTF-16/32 body reached the proxy's orjson.dumps (the token
+    counter, the upstream body): a 500 where it used to be a 400."""
+    with pytest.raises(BadRequest) as info:
+        parse_json(raw)
+    assert info.value.body()["error"]["type"] == "BadRequestError"
+    assert "lone UTF-16 surrogate" in info.value.message
+    # a pair, escaped or not, in any encoding, is one character: read
+    for text in ('{"a": "\\ud83d\\ude00"}', '{"a": "\U0001f600"}'):
+        for enc in ("utf-8", "utf-16", "utf-32"):
+            assert parse_json(text.encode(enc)) == {"a": "\U0001f600"}
+
+
 @pytest.mark.parametrize("body", [
     {"messages": [{"role": "user", "content": "hi"}]},
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
