@@ -4,6 +4,7 @@ bodies."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -47,6 +48,31 @@ _LONG_RUN = b"0" * 19
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+class NonFinite(float):
+    """NaN or an infinity as a body had it (NaN, Infinity, 1e400: vLLM's json reads them).
+    orjson.dumps writes a plain one as null, which vLLM reads otherwise (`length_penalty: null`
+    is its 400, NaN its 200); it refuses this subclass, so dumps writes it with the stdlib's
+    json, as sent (found by a review)."""
+
+    __slots__ = ()
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else NonFinite(value)
+
+
+def keep_nonfinite(value: Any) -> Any:
+    """A float, or a dict's float values (pydantic's coercion gives plain floats), marked
+    NonFinite where they are not finite."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) or isinstance(value, NonFinite) \
+            else NonFinite(value)
+    if isinstance(value, dict):
+        return {k: keep_nonfinite(v) for k, v in value.items()}
+    return value
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     """The body as vLLM's FastAPI reads it, refused as vLLM refuses it (found by a review: the
     proxy's own errors here were `invalid_request_error` with code null): orjson where it
@@ -75,7 +101,7 @@ def _stdlib_json(raw: bytes) -> Any:
     try:
         # json.loads(raw) decodes so too; decoded here, the text is searched for surrogates
         text = raw.decode(json.detect_encoding(raw), "surrogatepass")
-        data = json.loads(text)
+        data = json.loads(text, parse_float=_float, parse_constant=NonFinite)
     except json.JSONDecodeError as exc:
         raise validation_error([{"type": "json_invalid", "loc": ("body", exc.pos),
                                  "msg": "JSON decode error", "input": {},
@@ -99,7 +125,8 @@ def _stdlib_json(raw: bytes) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """JSON for vLLM or a cache key: orjson, or the stdlib's for integers past 64 bits."""
+    """JSON for vLLM or a cache key: orjson, or the stdlib's for integers past 64 bits and
+    NonFinite floats (written NaN, Infinity, -Infinity)."""
     try:
         return orjson.dumps(value)
     except TypeError:

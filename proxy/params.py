@@ -150,6 +150,9 @@ def check(kind: Kind, body: dict[str, Any], greedy: bool) -> None:
     except ValidationError as exc:
         raise _type_error(exc) from None
     coerced = parsed.model_dump(exclude_unset=True, exclude={"messages"})
+    for name, value in coerced.items():  # NaN stays NaN for vLLM, not null (logit_bias)
+        if isinstance(value, float | dict):
+            coerced[name] = openai.keep_nonfinite(value)
     body.update(coerced)  # a prompt [true] is [1], as vLLM reads it
     openai.validate(kind, body)
     _ranges(coerced, echo_only=effective.echo_only(kind, coerced))

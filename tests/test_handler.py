@@ -500,3 +500,22 @@ def test_a_logged_prompt_with_an_integer_past_64_bits_is_still_one_json_line():
     record = logging.LogRecord("proxy.access", logging.INFO, __file__, 1, "", None, None)
     record.fields = {"status": 200, "prompt": [2**100, 5]}
     assert json.loads(JsonFormatter().format(record))["prompt"] == [2**100, 5]
+
+
+async def test_nan_and_infinity_are_forwarded_as_sent_not_as_null():
+    # found by a review: read since 1084743 (as vLLM reads them), NaN and Infinity were written
+    # to vLLM as null by orjson.dumps, which vLLM reads otherwise: `length_penalty: NaN` is a
+    # 200 from vLLM itself but null is its 400 ('Input should be a valid number'), and
+    # `top_logprobs: NaN` is its 400 ('finite number') but null a 200
+    fake = FakeVllm()
+    raw = (b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
+           b'"length_penalty": NaN, "top_logprobs": -Infinity, "x": [1e400], '
+           b'"logit_bias": {"5": NaN}}')
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", content=raw,
+                         headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    body = fake.completions()[-1].body
+    for part in (b'"length_penalty":NaN', b'"top_logprobs":-Infinity', b'"x":[Infinity]',
+                 b'"logit_bias":{"5":NaN}'):
+        assert part in body, body

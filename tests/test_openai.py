@@ -48,6 +48,16 @@ def test_parse_json_reads_what_vllm_reads():
                                           "type": "Bad Request", "param": None, "code": 400}
 
 
+def test_nan_and_infinity_are_written_back_as_read():
+    """Found by a review: orjson.dumps wrote them as null, which vLLM reads otherwise."""
+    from proxy.cache.keys import _digest
+    from proxy.openai import dumps
+
+    body = parse_json(b'{"a": NaN, "b": [-Infinity, 1e400], "c": 1.5}')
+    assert dumps(body) == b'{"a":NaN,"b":[-Infinity,Infinity],"c":1.5}'
+    assert _digest(body) != _digest({"a": None, "b": [None, None], "c": 1.5})
+
+
 @pytest.mark.parametrize("raw", [
     b'{"a": "\\ud800"}',  # an escaped one: found before too
     b'{"a": "x\xed\xa0\x80"}',  # its UTF-8 bytes, which the stdlib's json decodes as it

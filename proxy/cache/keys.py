@@ -42,7 +42,8 @@ class RequestKeys:
 def _digest(value: Any) -> str:
     try:
         raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # an integer past 64 bits (vLLM reads them exactly: so does the proxy)
+    except TypeError:  # an integer past 64 bits (vLLM reads them exactly: so does the proxy),
+        # or NaN/Infinity as read (openai.NonFinite: orjson would write null)
         raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(raw).hexdigest()
 
