@@ -98,3 +98,37 @@ def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: 
     low, high = report["false_hit_rate_95ci_families"]  # families named: their interval too
     assert low <= 1 / 9 <= high and high >= report["false_hit_rate_95ci"][1]
     assert report["judge_model"] == "mpnet"
+
+
+def _write(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def _fails(*args: str) -> str:
+    """The command's error (stderr) for input it must refuse: exit status 2, no traceback."""
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    return out.stderr
+
+
+def test_same_given_as_strings_or_numbers_is_read_as_meant(tmp_path: Path) -> None:
+    """bool("false") is True: "same": "false" was counted as an equal pair, "no" too."""
+    q = "What is the capital of France?"  # identical texts: always a hit (exact tier)
+    path = _write(tmp_path / "pairs.jsonl", [
+        {"a": q, "b": q, "same": "false"}, {"a": q, "b": q, "same": "No"},
+        {"a": q, "b": q, "same": 0}, {"a": q, "b": q, "same": "yes"},
+        {"a": q, "b": q, "same": "TRUE"}, {"a": q, "b": q, "same": 1},
+        {"a": q, "b": q, "same": "1"}])
+    report = run("--pairs", str(path))
+    assert (report["true_hits"], report["false_hits"]) == (4, 3)
+
+
+@pytest.mark.parametrize("same", [None, "maybe", 2, 0.5, [True]])
+def test_a_same_that_is_no_label_is_an_error_naming_the_line(tmp_path: Path,
+                                                               same: Any) -> None:
+    path = _write(tmp_path / "pairs.jsonl", [{"a": "x", "b": "x", "same": True},
+                                             {"a": "y", "b": "y", "same": same}])
+    assert f"{path}:2:" in _fails("--pairs", str(path))

@@ -34,6 +34,42 @@ from proxy.types import CacheRequest, Completion
 TEST_SPLIT = Path(__file__).resolve().parents[2] / "tests" / "data" / "judge" / "test.jsonl"
 
 
+class PairsError(ValueError):
+    """A pairs file that cannot be read as labelled pairs: the message names file and line."""
+
+
+_TRUE = ("true", "yes", "1")
+_FALSE = ("false", "no", "0")
+
+
+def _same(value: Any) -> bool:
+    """The label: true/false, 1/0, or the strings "true"/"false", "yes"/"no", "1"/"0" (any
+    case). Anything else is an error, never a guess (bool("false") is True)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f'"same" must be true or false (or 1/0, "yes"/"no"), not '
+                     f"{orjson.dumps(value).decode()}")
+
+
+def read_pairs(path: Path) -> list[dict[str, Any]]:
+    """The labelled pairs of a JSONL file, `same` read as a bool; PairsError names the line."""
+    pairs = []
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        pair = orjson.loads(line)
+        try:
+            pair["same"] = _same(pair["same"])
+        except ValueError as exc:
+            raise PairsError(f"{path}:{number}: {exc}") from None
+        pairs.append(pair)
+    return pairs
+
+
 def _request(text: str) -> CacheRequest:
     body = {"model": "eval", "messages": [{"role": "user", "content": text}],
             "temperature": 0, "max_tokens": 32}
@@ -115,7 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     path = args.pairs or args.pairs_file or TEST_SPLIT
-    pairs = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    try:
+        pairs = read_pairs(path)
+    except PairsError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     report = asyncio.run(evaluate(pairs, args.threshold, args.verbose))
     print(orjson.dumps(report).decode())
 
