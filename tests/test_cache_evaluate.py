@@ -132,3 +132,33 @@ def test_a_same_that_is_no_label_is_an_error_naming_the_line(tmp_path: Path,
     path = _write(tmp_path / "pairs.jsonl", [{"a": "x", "b": "x", "same": True},
                                              {"a": "y", "b": "y", "same": same}])
     assert f"{path}:2:" in _fails("--pairs", str(path))
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"a": "x", "b":', "not a JSON line"),
+    ("a,b,same", "not a JSON line"),
+    ('["x", "x", true]', "JSON object"),
+    ('{"a": "x", "same": true}', "missing 'b'"),
+    ('{"question": "x", "label": 1}', "missing 'a', 'b', 'same'"),
+    ('{"a": 5, "b": "x", "same": true}', '"a" must be a string'),
+    ('{"a": "x", "b": null, "same": true}', '"b" must be a string'),
+    ('{"a": "x", "b": "x", "same": true, "family": ["f"]}', '"family" must be a string'),
+    ('{"a": "x\\ud800", "b": "x", "same": true}', "not a JSON line"),  # a lone surrogate
+    (b'{"a": "caf\xe9", "b": "x", "same": true}', "not a JSON line"),  # Latin-1, not UTF-8
+])
+def test_a_bad_line_is_an_error_naming_file_and_line(tmp_path: Path, line: str | bytes,
+                                                      says: str) -> None:
+    """Before: a traceback (orjson's JSONDecodeError, KeyError 'b', TypeError ...)."""
+    path = tmp_path / "pairs.jsonl"
+    good = b'{"a": "y", "b": "y", "same": true}\n\n'
+    path.write_bytes(good + (line if isinstance(line, bytes) else line.encode()) + b"\n")
+    err = _fails("--pairs", str(path))
+    assert f"{path}:3: " in err and says in err
+
+
+def test_a_csv_or_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.csv"
+    path.write_text("a,b,same\nx,x,true\n")
+    assert f"{path}:1: " in (err := _fails("--pairs", str(path))) and "CSV" in err
+    assert "cannot read" in _fails("--pairs", str(tmp_path / "nothing.jsonl"))
+    assert "cannot read" in _fails("--pairs", str(tmp_path))  # a directory

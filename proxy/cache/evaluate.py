@@ -55,18 +55,53 @@ def _same(value: Any) -> bool:
                      f"{orjson.dumps(value).decode()}")
 
 
+EXAMPLE = '{"a": "How do I reverse a list?", "b": "reverse a python list", "same": true}'
+
+
+def _checked(item: Any) -> dict[str, Any]:
+    """One pair, checked: `a` and `b` strings, `same` a label, `family` (if any) a name."""
+    if not isinstance(item, dict):
+        raise ValueError(f"a pair is a JSON object such as {EXAMPLE}, not "
+                         f"{type(item).__name__ if not isinstance(item, list) else 'an array'}")
+    missing = [k for k in ("a", "b", "same") if k not in item]
+    if missing:
+        raise ValueError(f"missing {', '.join(repr(k) for k in missing)} (a pair is "
+                         f"{EXAMPLE}; other fields are ignored)")
+    for key in ("a", "b"):
+        if not isinstance(item[key], str):
+            raise ValueError(f'"{key}" must be a string (the question), not '
+                             f"{orjson.dumps(item[key]).decode()}")
+    pair = {**item, "same": _same(item["same"])}
+    family = pair.get("family")
+    if family is None:
+        pair.pop("family", None)
+    elif isinstance(family, (str, int)) and not isinstance(family, bool):
+        pair["family"] = str(family)
+    else:
+        raise ValueError(f'"family" must be a string (a name), not {orjson.dumps(family).decode()}')
+    return pair
+
+
 def read_pairs(path: Path) -> list[dict[str, Any]]:
-    """The labelled pairs of a JSONL file, `same` read as a bool; PairsError names the line."""
+    """The labelled pairs of a JSONL file, checked; PairsError names the file and line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PairsError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     pairs = []
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
-        pair = orjson.loads(line)
         try:
-            pair["same"] = _same(pair["same"])
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            hint = " (CSV is not read)" if path.suffix.lower() in (".csv", ".tsv") else ""
+            raise PairsError(f"{path}:{number}: not a JSON line ({exc}); the file must be JSONL, "
+                             f"one pair per line: {EXAMPLE}{hint}") from None
+        try:
+            pairs.append(_checked(item))
         except ValueError as exc:
             raise PairsError(f"{path}:{number}: {exc}") from None
-        pairs.append(pair)
     return pairs
 
 
