@@ -162,3 +162,23 @@ def test_a_csv_or_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     assert f"{path}:1: " in (err := _fails("--pairs", str(path))) and "CSV" in err
     assert "cannot read" in _fails("--pairs", str(tmp_path / "nothing.jsonl"))
     assert "cannot read" in _fails("--pairs", str(tmp_path))  # a directory
+
+
+def test_bom_crlf_comments_blank_lines_and_a_json_array_are_read(tmp_path: Path) -> None:
+    """Before: a UTF-8 BOM, a '#' comment line and a JSON array were each a traceback."""
+    q, r = "What is the capital of France?", "How do I bake bread?"
+    rows = [{"a": q, "b": q, "same": True, "note": "extra fields are ignored"},
+            {"a": r, "b": r, "same": False},
+            {"a": "x\u2028y", "b": "x\u2028y", "same": True}]  # U+2028 is not a line end
+    body = "\r\n".join(["# written by hand", "", *(json.dumps(p, ensure_ascii=False)
+                                                   for p in rows), "  # the end"])
+    lines = tmp_path / "pairs.jsonl"
+    lines.write_bytes(b"\xef\xbb\xbf" + body.encode())  # no newline at the end
+    array = tmp_path / "pairs.json"
+    array.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows, indent=2).encode())
+    for path in (lines, array):
+        report = run("--pairs", str(path))
+        assert (report["pairs"], report["true_hits"], report["false_hits"]) == (3, 2, 1)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([rows[0], {"a": "x", "same": True}]))
+    assert f"{bad}: pair 2 of the array: missing 'b'" in _fails("--pairs", str(bad))

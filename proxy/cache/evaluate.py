@@ -88,9 +88,23 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
         raw = path.read_bytes()
     except OSError as exc:
         raise PairsError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark (Windows editors)
+    if raw.lstrip().startswith(b"["):  # a JSON array of pairs instead of JSONL
+        try:
+            items = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise PairsError(f"{path}: not a JSON array ({exc}); the file should be JSONL, one "
+                             f"pair per line: {EXAMPLE}") from None
+        checked = []
+        for number, item in enumerate(items, 1):
+            try:
+                checked.append(_checked(item))
+            except ValueError as exc:
+                raise PairsError(f"{path}: pair {number} of the array: {exc}") from None
+        return checked
     pairs = []
-    for number, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
+    for number, line in enumerate(raw.splitlines(), 1):  # \n, \r\n or \r; not U+2028
+        if not line.strip() or line.lstrip().startswith(b"#"):  # blank, or a comment
             continue
         try:
             item = orjson.loads(line)
