@@ -182,3 +182,11 @@ def test_bom_crlf_comments_blank_lines_and_a_json_array_are_read(tmp_path: Path)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([rows[0], {"a": "x", "same": True}]))
     assert f"{bad}: pair 2 of the array: missing 'b'" in _fails("--pairs", str(bad))
+
+
+@pytest.mark.parametrize("body", ["", "\n\n", "# only a comment\n", "[]"])
+def test_a_file_without_pairs_is_an_error(tmp_path: Path, body: str) -> None:
+    """Before: a report of 0 pairs with precision 1.0 and recall 1.0."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(body)
+    assert f"{path}: no pairs" in _fails("--pairs", str(path))

@@ -101,8 +101,16 @@ def read_pairs(path: Path) -> list[dict[str, Any]]:
                 checked.append(_checked(item))
             except ValueError as exc:
                 raise PairsError(f"{path}: pair {number} of the array: {exc}") from None
-        return checked
-    pairs = []
+        pairs = checked
+    else:
+        pairs = _lines(path, raw)
+    if not pairs:  # no pairs: no numbers (the report would say precision and recall 1.0)
+        raise PairsError(f"{path}: no pairs in it; one per line: {EXAMPLE}")
+    return pairs
+
+
+def _lines(path: Path, raw: bytes) -> list[dict[str, Any]]:
+    pairs: list[dict[str, Any]] = []
     for number, line in enumerate(raw.splitlines(), 1):  # \n, \r\n or \r; not U+2028
         if not line.strip() or line.lstrip().startswith(b"#"):  # blank, or a comment
             continue
