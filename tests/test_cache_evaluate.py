@@ -190,3 +190,26 @@ def test_a_file_without_pairs_is_an_error(tmp_path: Path, body: str) -> None:
     path = tmp_path / "pairs.jsonl"
     path.write_text(body)
     assert f"{path}: no pairs" in _fails("--pairs", str(path))
+
+
+def test_ratios_without_anything_to_count_are_null(tmp_path: Path) -> None:
+    """At the default 1 % the judge accepts nothing: pairs of different texts give no hit.
+    Before: precision 1.0 (of no hits), false_hit_rate 0.0, and recall 1.0 without a single
+    equal pair; now null, and a note on stderr says why nothing hit."""
+    path = _write(tmp_path / "pairs.jsonl", [
+        {"a": "How do I bake bread?", "b": "how do i bake bread", "same": True},
+        {"a": "Convert JSON to YAML", "b": "Convert YAML to JSON", "same": False}])
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
+                         cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
+                         env={k: v for k, v in os.environ.items()
+                              if k != "PROXY_CACHE_MAX_FALSE_HIT_RATE"})
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["judge_threshold"] is None  # +inf
+    assert "the judge accepts nothing" in out.stderr
+    assert (report["true_hits"], report["false_hits"], report["missed"]) == (0, 0, 1)
+    assert (report["precision"], report["recall"], report["false_hit_rate"]) == (None, 0.0, None)
+    assert report["false_hit_rate_95ci"] == [0.0, 1.0]
+    negatives = _write(tmp_path / "negatives.jsonl", [
+        {"a": "What is 2+2?", "b": "What is 2+2?", "same": False}])
+    report = run("--pairs", str(negatives))
+    assert (report["precision"], report["recall"], report["false_hit_rate"]) == (0.0, None, 1.0)
