@@ -213,3 +213,42 @@ def test_ratios_without_anything_to_count_are_null(tmp_path: Path) -> None:
         {"a": "What is 2+2?", "b": "What is 2+2?", "same": False}])
     report = run("--pairs", str(negatives))
     assert (report["precision"], report["recall"], report["false_hit_rate"]) == (0.0, None, 1.0)
+
+
+def _env(**changes: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}, **changes}
+
+
+def test_settings_are_read_as_the_proxy_reads_them(tmp_path: Path) -> None:
+    """The proxy strips PROXY_CACHE_JUDGE_MODEL=" minilm " and serves MiniLM: before, this
+    command refused it with a traceback; and it had no flag for the rate or the judge."""
+    path = _write(tmp_path / "pairs.jsonl", [{"a": "x y", "b": "x y", "same": True}])
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env=_env(PROXY_CACHE_JUDGE_MODEL=" minilm "))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["judge_model"] == "minilm"
+    report = run("--pairs", str(path), "--cache-max-false-hit-rate", "0.25",
+                 "--judge-model", "minilm", "--cache-threshold", "0.5")
+    assert (report["max_false_hit_rate"], report["judge_model"], report["cosine_floor"]) == (
+        0.25, "minilm", 0.5)
+    assert isinstance(report["judge_threshold"], float)  # 25 % admits a threshold
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--threshold", "5"], {}, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),
+    (["--max-false-hit-rate", "1.5"], {}, "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)"),
+    ([], {"PROXY_CACHE_MAX_FALSE_HIT_RATE": "2"}, "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in"),
+    ([], {"PROXY_CACHE_MAX_FALSE_HIT_RATE": "5%"}, "cannot parse '5%'"),
+    (["--judge-model", "nope"], {}, "PROXY_CACHE_JUDGE_MODEL: mpnet, minilm or a directory"),
+])
+def test_settings_the_proxy_refuses_are_refused(tmp_path: Path, args: list[str],
+                                                env: dict[str, str], says: str) -> None:
+    """Before: --threshold 5 ran (no pair could pass the floor); a bad variable was a
+    traceback."""
+    path = _write(tmp_path / "pairs.jsonl", [{"a": "x y", "b": "x y", "same": True}])
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path),
+                          *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env=_env(**env))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert says in out.stderr

@@ -151,13 +151,20 @@ async def _pair(cfg: CacheConfig, embedder: Embedder, judge: Judge, a: str,
     return second.status == "hit", second.similarity
 
 
-async def evaluate(pairs: list[dict[str, Any]], threshold: float | None,
-                   verbose: bool) -> dict[str, Any]:
-    cfg = CacheConfig.from_settings(None)
+def settings(flags: dict[str, str | None] | None = None) -> CacheConfig:
+    """The cache's settings as the proxy reads them (proxy.settings: PROXY_* variables, then
+    the proxy's own flags, `--cache-threshold` ...), with the proxy's checks; ValueError."""
+    from proxy.settings import load_settings
+
+    return CacheConfig.from_settings(load_settings(None, flags))
+
+
+async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
+                   verbose: bool = False) -> dict[str, Any]:
+    cfg = cfg or settings()
     # every pair is looked up at once: no shedding, the judge scores them all (a shed lookup
     # would count as a miss, and the evaluation is of the judge, not of its queue)
     cfg = replace(cfg, mode="semantic", redis_url=None, snapshot=None, shared=False,
-                  threshold=threshold if threshold is not None else cfg.threshold,
                   judge_max_pending=0)
     embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
     judge = await Judge.load(cfg.max_false_hit_rate, cfg.judge_dir, cfg.judge_threads)
@@ -212,15 +219,30 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m proxy.cache.evaluate")
     parser.add_argument("pairs_file", type=Path, nargs="?", help="same as --pairs")
     parser.add_argument("--pairs", type=Path, default=None, help="JSONL of labelled pairs")
-    parser.add_argument("--threshold", type=float, default=None, help="cosine floor")
+    # the proxy's own flags (python -m proxy serve --cache-...), read as it reads them
+    parser.add_argument("--cache-threshold", "--threshold", dest="cache_threshold",
+                        metavar="FLOOR", help="cosine floor, in (0, 1] "
+                        "(env PROXY_CACHE_THRESHOLD; default 0.40)")
+    parser.add_argument("--cache-max-false-hit-rate", "--max-false-hit-rate",
+                        dest="cache_max_false_hit_rate", metavar="RATE",
+                        help="the judge's false-hit bound, in (0, 1) "
+                        "(env PROXY_CACHE_MAX_FALSE_HIT_RATE; default 0.01)")
+    parser.add_argument("--cache-judge-model", "--judge-model", dest="cache_judge_model",
+                        metavar="JUDGE", help="mpnet, minilm or a directory made by "
+                        "tools.judge.train (env PROXY_CACHE_JUDGE_MODEL; default mpnet)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     path = args.pairs or args.pairs_file or TEST_SPLIT
     try:
+        cfg = settings({k: getattr(args, k) for k in (
+            "cache_threshold", "cache_max_false_hit_rate", "cache_judge_model")})
+    except ValueError as exc:  # proxy.settings.SettingsError among them
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    try:
         pairs = read_pairs(path)
     except PairsError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
-    report = asyncio.run(evaluate(pairs, args.threshold, args.verbose))
+    report = asyncio.run(evaluate(pairs, cfg, args.verbose))
     print(orjson.dumps(report).decode())
 
 
