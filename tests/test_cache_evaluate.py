@@ -252,3 +252,21 @@ def test_settings_the_proxy_refuses_are_refused(tmp_path: Path, args: list[str],
                          env=_env(**env))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert says in out.stderr
+
+
+def test_help_explains_the_input_and_the_report() -> None:
+    """Before, --help named the flags only: nothing on the fields, the labels or the report."""
+    out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--help"], cwd=REPO,
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    for words in ('"a"', '"b"', '"same"', "JSONL", '"yes"/"no"', "family", "kind",
+                  "false_hit_rate_95ci", "null", "PROXY_CACHE_MAX_FALSE_HIT_RATE",
+                  "--max-false-hit-rate", "--judge-model", "--output"):
+        assert words in out, words
+
+
+def test_output_file_and_one_pairs_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "pairs.jsonl", [{"a": "x y", "b": "x y", "same": True}])
+    report = run("--pairs", str(path), "--output", str(tmp_path / "report.json"))
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+    other = _write(tmp_path / "other.jsonl", [{"a": "z", "b": "z", "same": True}])
+    assert "two pairs files" in _fails(str(other), "--pairs", str(path))

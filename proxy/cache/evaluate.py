@@ -1,15 +1,26 @@
-"""python -m proxy.cache.evaluate [--pairs PAIRS.jsonl] [--threshold FLOOR] [--verbose]
+"""Precision, recall and false-hit rate of the semantic cache on labelled pairs.
 
-Each line: {"a": ..., "b": ..., "same": true|false} (`kind` breaks down the mistakes with
---verbose; `family`, when every pair has one, adds a family-bootstrap interval; other fields are
-ignored). Without --pairs: the test split, tests/data/judge/test.jsonl.
-For every pair: store `a` in a fresh cache with the default settings (embedded store, semantic
-mode, the learned judge at PROXY_CACHE_MAX_FALSE_HIT_RATE), look up `b`, and count a hit as a
-claim that the two questions have the same answer. Prints the mistakes with --verbose and, as
-its last line, one JSON object: pairs, true_hits, false_hits, missed, precision, recall,
-false_hit_rate (false hits / hits; each ratio null when there is nothing to divide by) with its
-two-sided 95% Clopper-Pearson interval (and the families' one), and the settings used (the
-judge model among them). All pairs run concurrently over one shared embedder and judge.
+Input (--pairs FILE, or FILE; default: the test split, tests/data/judge/test.jsonl): JSONL,
+one pair per line,
+  {"a": "How do I reverse a list?", "b": "reverse a python list", "same": true}
+`a` is stored, `b` looked up; `same` says whether one answer serves both (true/false, 1/0,
+"true"/"false", "yes"/"no"). Optional: `kind` (breaks the mistakes down with --verbose) and
+`family` (a name; when every pair has one, a family-bootstrap interval is added); other fields
+are ignored. Blank lines, `#` comment lines, CRLF, a UTF-8 BOM and a JSON array of the same
+objects are read; a bad line stops the run naming the file and line (exit status 2).
+
+For every pair: store `a` in a fresh cache at the proxy's settings (PROXY_* variables or the
+flags below, read as `python -m proxy serve` reads them: the same cosine floor, rules, judge
+and threshold; embedded store, no shedding), look up `b`, and count a hit as a claim that the
+two questions have the same answer. All pairs run concurrently over one embedder and judge.
+
+Output: with --verbose, the mistakes on stderr; as the last line on stdout (and in --output
+FILE), one JSON object: pairs, true_hits, false_hits, missed, precision (true hits / hits),
+recall (true hits / equal pairs), false_hit_rate (false hits / hits; each ratio null when
+there is nothing to divide by), false_hit_rate_95ci (two-sided 95% Clopper-Pearson), with
+families false_hit_rate_95ci_families, and the settings used: max_false_hit_rate,
+judge_threshold (null: +inf, the judge accepts nothing and only identical texts hit, as at the
+default 1% today), cosine_floor, judge_model. See docs/cache.md.
 """
 
 from __future__ import annotations
@@ -216,9 +227,12 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m proxy.cache.evaluate")
+    parser = argparse.ArgumentParser(prog="python -m proxy.cache.evaluate",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pairs_file", type=Path, nargs="?", help="same as --pairs")
-    parser.add_argument("--pairs", type=Path, default=None, help="JSONL of labelled pairs")
+    parser.add_argument("--pairs", type=Path, default=None,
+                        help="JSONL of labelled pairs (format above)")
     # the proxy's own flags (python -m proxy serve --cache-...), read as it reads them
     parser.add_argument("--cache-threshold", "--threshold", dest="cache_threshold",
                         metavar="FLOOR", help="cosine floor, in (0, 1] "
@@ -230,8 +244,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-judge-model", "--judge-model", dest="cache_judge_model",
                         metavar="JUDGE", help="mpnet, minilm or a directory made by "
                         "tools.judge.train (env PROXY_CACHE_JUDGE_MODEL; default mpnet)")
-    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print each mistake and their counts by kind on stderr")
+    parser.add_argument("--output", "-o", type=Path, default=None, metavar="FILE",
+                        help="also write the JSON report to FILE")
     args = parser.parse_args(argv)
+    if args.pairs and args.pairs_file and args.pairs != args.pairs_file:
+        parser.error(f"two pairs files: {args.pairs_file} and --pairs {args.pairs}")
     path = args.pairs or args.pairs_file or TEST_SPLIT
     try:
         cfg = settings({k: getattr(args, k) for k in (
@@ -243,7 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     except PairsError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     report = asyncio.run(evaluate(pairs, cfg, args.verbose))
-    print(orjson.dumps(report).decode())
+    line = orjson.dumps(report).decode()
+    print(line, flush=True)  # first: a report that cannot be written is still shown
+    if args.output is not None:
+        try:
+            args.output.write_text(line + "\n")
+        except OSError as exc:
+            parser.exit(1, f"{parser.prog}: error: cannot write {args.output} "
+                        f"({exc.strerror or exc})\n")
 
 
 if __name__ == "__main__":
