@@ -45,7 +45,7 @@ def test_the_false_hit_bound_holds_on_the_test_split() -> None:
                    "cannot promise 1 % on dev, so nothing passes (docs/cache.md)")
 def test_goal_precision_and_recall_on_the_test_split() -> None:
     report = run()
-    assert report["precision"] >= 0.99
+    assert report["precision"] is not None and report["precision"] >= 0.99  # None: no hits
     assert report["recall"] >= 0.85
 
 
