@@ -206,3 +206,62 @@ async def test_redis_down_means_lead_and_no_wait() -> None:
         await c.release("f")
     finally:
         await c.aclose()
+
+
+async def counted(registry: CollectorRegistry, name: str, at_least: float) -> None:
+    """Until the counter reaches at_least (polled: the lookups wait on Redis replies)."""
+    deadline = time.monotonic() + 10
+    while (registry.get_sample_value(name) or 0) < at_least:
+        assert time.monotonic() < deadline, name
+        await asyncio.sleep(0.01)
+
+
+def misses(registry: CollectorRegistry) -> float:
+    return registry.get_sample_value("proxy_cache_lookups_total",
+                                     {"result": "miss", "tier": ""}) or 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_many_twins_all_get_the_stored_answer(redis: Redis, stream: bool) -> None:
+    # found by a review: twins woken by their leader looked again one at a time (each re-look
+    # registered as the flight's leader, the rest waited for it, and every wait was one of
+    # their three tries), so with the store in Redis the fourth twin on went upstream although
+    # the answer was stored: 20 identical requests over 4 workers made 16 upstream calls
+    reg = CollectorRegistry()
+    one = await replica(redis, reg)
+    try:
+        lead = await one.lookup(chat(Q, stream=stream))
+        assert lead.status == "miss" and lead.ticket is not None
+        twins = [asyncio.create_task(one.lookup(chat(Q, stream=stream))) for _ in range(6)]
+        if not stream:
+            await counted(reg, "proxy_cache_single_flight_waits_total", 6)
+        await asyncio.sleep(0)  # a stream twin reaches its wait (the leader's first event)
+        # without a Redis call: one turn of the loop; it counts nothing
+        assert not any(t.done() for t in twins)
+        await one.store(lead.ticket, completion("git reset --soft HEAD~1"))
+        got = await asyncio.wait_for(asyncio.gather(*twins), 10)
+        assert [(g.status, g.tier) for g in got] == [("hit", "exact")] * 6
+        assert misses(reg) == 1  # the leader's own
+    finally:
+        await one.aclose()
+
+
+async def test_many_twins_on_another_replica_make_no_upstream_call(redis: Redis) -> None:
+    # found by a review: the twins of a replica whose leader found the flight claimed by
+    # another replica were woken at once and each claimed in turn, one try each time; the
+    # fourth went upstream before the other replica's answer was even stored
+    reg_two = CollectorRegistry()
+    one, two = await replica(redis, CollectorRegistry()), await replica(redis, reg_two)
+    try:
+        lead = await one.lookup(chat(Q))
+        assert lead.status == "miss" and lead.ticket is not None
+        twins = [asyncio.create_task(two.lookup(chat(Q))) for _ in range(6)]
+        await counted(reg_two, "proxy_cache_single_flight_remote_waits_total", 1)
+        await counted(reg_two, "proxy_cache_single_flight_waits_total", 5)
+        await one.store(lead.ticket, completion("git reset --soft HEAD~1"))
+        got = await asyncio.wait_for(asyncio.gather(*twins), 10)
+        assert [(g.status, g.tier) for g in got] == [("hit", "exact")] * 6
+        assert misses(reg_two) == 0
+    finally:
+        await one.aclose()
+        await two.aclose()

@@ -45,7 +45,8 @@ class Ticket:
 
 @dataclass(slots=True)
 class _Flights:
-    waiting: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    # each leader's end: True when it found or stored an answer (its twins look again then)
+    waiting: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
     live: dict[str, Flight] = field(default_factory=dict)  # streaming leaders (flight.py)
 
 
@@ -115,12 +116,22 @@ class SemanticCache:
                         return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
                     if live.state == "failed":
                         self.metrics.single_flight_fallbacks.labels("leader_failed").inc()
-                    continue  # the leader ended before this one joined: look again, or lead
-                self.metrics.single_flight_waits.inc()
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiting), self.cfg.wait_s)
-                except TimeoutError:
-                    break
+                    ended_well = live.state == "done"
+                else:
+                    self.metrics.single_flight_waits.inc()
+                    try:
+                        ended_well = await asyncio.wait_for(asyncio.shield(waiting),
+                                                            self.cfg.wait_s)
+                    except TimeoutError:
+                        break
+                if ended_well:
+                    # the leader found or stored an answer: every twin looks again at once,
+                    # not one at a time as each re-look's leader (each wait one of their
+                    # tries: with the store in Redis the fourth twin went upstream although
+                    # the answer was stored; found by a review)
+                    hit, _ = await self._find(keys, None, req.exact_only, streams)
+                    if hit is not None:
+                        return hit
         except StoreUnavailable:
             self.metrics.backend_errors.labels("lookup").inc()
             return BYPASS
@@ -145,11 +156,16 @@ class SemanticCache:
             return hit
         if claimed:
             return CacheResult(status="miss", ticket=own)
-        self._release(own, True)  # another replica leads it: local twins look again too
         if hedged:  # this one's upstream call is under way already: keep it
+            self._release(own, True)
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, own.vector))
+        # another replica leads it: local twins keep waiting for this one, which waits for
+        # that replica's answer (woken at once, they each claimed in turn, one try each)
         self.metrics.single_flight_remote_waits.inc()
-        await self.claims.settled(flight, self.cfg.wait_s)
+        try:
+            await self.claims.settled(flight, self.cfg.wait_s)
+        finally:
+            self._release(own, True)
         return None
 
     async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None,
@@ -297,7 +313,7 @@ class SemanticCache:
         if ticket.flight is not None:
             fut = self._flights.waiting.pop(ticket.flight, None)
             if fut is not None and not fut.done():
-                fut.set_result(None)
+                fut.set_result(finished)
             live = self._flights.live.pop(ticket.flight, None)
             if live is not None:
                 live.finish(finished)
@@ -326,7 +342,7 @@ class SemanticCache:
     async def aclose(self) -> None:
         for fut in self._flights.waiting.values():
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(False)
         for live in self._flights.live.values():
             live.finish(False)
         await self.claims.aclose()
