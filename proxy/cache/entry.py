@@ -40,8 +40,9 @@ class Entry:
 
     @property
     def finish_reason(self) -> str | None:
-        choices = self.answer.get("choices") or [{}]
-        reason = choices[0].get("finish_reason")
+        choices = self.answer.get("choices")  # a record of another shape (redis_store.py)
+        first = choices[0] if isinstance(choices, list) and choices else None
+        reason = first.get("finish_reason") if isinstance(first, dict) else None
         return str(reason) if reason is not None else None
 
     @property

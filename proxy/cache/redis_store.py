@@ -96,10 +96,8 @@ class RedisStore:
 
     async def get_exact(self, exact: str) -> Entry | None:
         async def op() -> Entry | None:
-            raw_id = await self._r.get(self._p + "x:" + exact)
-            if raw_id is None:
-                return None
-            return (await self._fetch([int(raw_id)]))[0]
+            raw_id = _id(await self._r.get(self._p + "x:" + exact))
+            return None if raw_id is None else (await self._fetch([raw_id]))[0]
         return await self._call(op)
 
     async def get_many(self, ids: list[int]) -> list[Entry | None]:
@@ -112,16 +110,16 @@ class RedisStore:
         found = {str(i): time.time() for i, raw in zip(ids, raws, strict=True) if raw}
         if found:
             await self._r.zadd(self._p + "lru", found, xx=True)
-        return [Entry.from_record(raw) if raw else None for raw in raws]
+        return [_entry(raw) if raw else None for raw in raws]
 
     async def put(self, entry: Entry) -> Entry | None:
         return await self._call(lambda: self._put(entry))
 
     async def _put(self, entry: Entry) -> Entry | None:
         p, px = self._p, self._px()
-        old_id = await self._r.get(p + "x:" + entry.exact)
+        old_id = _id(await self._r.get(p + "x:" + entry.exact))
         if old_id is not None:
-            old = (await self._fetch([int(old_id)]))[0]
+            old = (await self._fetch([old_id]))[0]
             if old is not None and not better(entry, old):
                 return None
         entry.id = int(await self._r.incr(p + "seq"))
@@ -139,7 +137,7 @@ class RedisStore:
         await pipe.execute()
         entry.vector = vector
         if old_id is not None:
-            await self._delete([int(old_id)], keep_exact=True)
+            await self._delete([old_id], keep_exact=True)
         await self._bound()
         return entry
 
@@ -171,8 +169,8 @@ class RedisStore:
             pipe.zrem(p + "log", str(i))
             pipe.zrem(p + "lru", str(i))
             pipe.zrem(p + "born", str(i))
-            if raw:
-                entry = Entry.from_record(raw)
+            entry = _entry(raw) if raw else None
+            if entry is not None:
                 pipe.srem(p + "ns:" + entry.namespace, i)
                 if not keep_exact:
                     pipe.eval(_DEL_IF, 1, p + "x:" + entry.exact, str(i))
@@ -230,6 +228,25 @@ class RedisStore:
 
     async def aclose(self) -> None:
         await self._r.aclose()
+
+
+def _id(raw: bytes | None) -> int | None:
+    """An `x:` pointer's entry id; None for one this version cannot read."""
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _entry(raw: bytes) -> Entry | None:
+    """The entry stored as `raw`, or None (a miss, replaced by the next store) for a record this
+    version cannot read: corrupted, or another version's or program's under the prefix (it
+    raised out of the lookup: a 500 for every identical request until its TTL; a review)."""
+    try:
+        entry = Entry.from_record(raw)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return entry if isinstance(entry.answer, dict) else None
 
 
 # What a whole flush deletes: the entries and their indexes. Not `seq`: a reused id would let
