@@ -266,3 +266,26 @@ async def test_a_corrupt_exact_pointer_is_a_miss_then_replaced(redis: Redis,
         await raw.aclose()
         await cache.aclose()
 
+
+
+@pytest.mark.parametrize("vector", [b"", b"\xff" * 64 + b"\0" * 8, b"p" * 64 + b"\0\0\0",
+                                    b"p" * 64 + np.ones(768, dtype=np.float32).tobytes()],
+                         ids=["empty", "partition-not-utf8", "torn", "another-embedder"])
+async def test_a_vector_this_index_cannot_take_is_skipped(redis: Redis, vector: bytes) -> None:
+    # found by a review: a logged vector of another size (another embedder's entries under the
+    # same prefix, as in a rolling change of PROXY_CACHE_EMBED_MODEL, or a corrupted record)
+    # made the replicas' catch-up raise: a 500 for the semantic lookup that read it
+    cache = await replica(redis, CollectorRegistry())
+    raw = RawRedis.from_url(redis.url)
+    try:
+        await raw.set("rep:v:999", vector)
+        await raw.zadd("rep:log", {"999": 999})
+        q = "How do I reverse a list in Python?"
+        miss = await cache.lookup(chat(q))
+        assert miss.status == "miss"
+        await cache.store(miss.ticket, completion("reversed(xs)"))
+        sem = await cache.lookup(chat("What's the way to reverse a Python list?"))
+        assert (sem.status, sem.tier) == ("hit", "semantic")
+    finally:
+        await raw.aclose()
+        await cache.aclose()

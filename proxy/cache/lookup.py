@@ -253,7 +253,9 @@ class SemanticCache:
             for entry_id in removed:
                 index.remove(entry_id)
             for entry in added:
-                if entry.vector is not None:
+                # another size: another embedder's entry under the prefix (a rolling change of
+                # PROXY_CACHE_EMBED_MODEL) or a torn record; index.add raised (a 500; a review)
+                if entry.vector is not None and len(entry.vector) == 4 * index.dim:
                     index.add(entry.partition, entry.id, _vec(entry.vector))
             return index.search(partition, vector, self.cfg.top_k)
 

@@ -193,8 +193,12 @@ class RedisStore:
             self._cursor = ids[-1]
             raws = await self._r.mget([f"{self._p}v:{i}" for i in ids])
             for i, raw in zip(ids, raws, strict=True):
-                if raw:
-                    out.append(Entry(exact="", partition=raw[:_PART].decode(), namespace="",
+                try:  # a record this version cannot read is left out (it raised: a 500)
+                    partition = raw[:_PART].decode() if raw else ""
+                except UnicodeDecodeError:
+                    continue
+                if len(partition) == _PART and (len(raw) - _PART) % 4 == 0:
+                    out.append(Entry(exact="", partition=partition, namespace="",
                                      kind="", text=None, max_tokens=None, answer={},
                                      vector=raw[_PART:], id=i))
 
