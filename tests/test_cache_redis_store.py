@@ -289,3 +289,24 @@ async def test_a_vector_this_index_cannot_take_is_skipped(redis: Redis, vector: 
     finally:
         await raw.aclose()
         await cache.aclose()
+
+
+async def test_entries_past_their_ttl_leave_the_namespace_set(redis: Redis) -> None:
+    # found by a review: an entry whose TTL passed was dropped from the zsets but not from its
+    # namespace's set (its record, which named the namespace, was gone), so `ns:{model}` grew
+    # by one id for every entry ever expired: Redis memory without bound under a TTL
+    s = await RedisStore(redis.url, max_entries=10, ttl=0.2, prefix="t").open()
+    try:
+        for name in "abc":
+            await s.put(entry(name))
+        deadline = time.monotonic() + 10
+        while await s._r.exists("t:e:1", "t:e:2", "t:e:3"):  # Redis expires them
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        d = await s.put(entry("d"))
+        assert d is not None
+        assert await s.count() == 1
+        assert await s._r.smembers("t:ns:tiny") == {str(d.id).encode()}
+        assert await s.flush("tiny") == 1
+    finally:
+        await s.aclose()

@@ -4,7 +4,7 @@ Keys under `{prefix}:`: `seq` (id counter), `e:{id}` (entry JSON, no vector), `v
 (partition + float32 vector), `x:{exact}` (id), all with the TTL; `log` (zset id->id, what
 replicas catch up on), `lru` (zset id->last use, the size bound), `born` (zset id->write time:
 what the TTL has expired, dropped from the zsets before counting or bounding), `ns:{namespace}`
-(set of ids),
+(set of ids), `namespaces` (the set of those namespaces),
 `epoch` (changes when Redis lost its data or was flushed: replicas then rebuild their index).
 Each replica keeps its own FAISS index; `changes()` returns the entries logged since its cursor.
 Any connection error raises StoreUnavailable (the cache is bypassed) and the store stays "down"
@@ -134,6 +134,7 @@ class RedisStore:
         pipe.zadd(p + "lru", {str(entry.id): now})
         pipe.zadd(p + "born", {str(entry.id): now})
         pipe.sadd(p + "ns:" + entry.namespace, entry.id)
+        pipe.sadd(p + "namespaces", entry.namespace)
         await pipe.execute()
         entry.vector = vector
         if old_id is not None:
@@ -163,7 +164,13 @@ class RedisStore:
         """Delete entries by id; returns how many still existed."""
         p = self._p
         raws = await self._r.mget([f"{p}e:{i}" for i in ids])
+        gone = [i for i, raw in zip(ids, raws, strict=True) if not raw]
+        # a record past its TTL no longer names its namespace: leave every namespace's set
+        # (they only grew, one id for every entry ever expired; found by a review)
+        spaces = await self._r.smembers(p + "namespaces") if gone else ()
         pipe = self._r.pipeline(transaction=False)
+        for space in spaces:
+            pipe.srem(p.encode() + b"ns:" + space, *gone)
         for i, raw in zip(ids, raws, strict=True):
             pipe.delete(f"{p}e:{i}", f"{p}v:{i}")
             pipe.zrem(p + "log", str(i))
@@ -257,7 +264,7 @@ def _entry(raw: bytes) -> Entry | None:
 # an `x:` pointer written during the flush name another question's entry; not the shared
 # per-key limits, which live under the same prefix (`lim:`).
 _FLUSHED = (b"e:", b"v:", b"x:", b"ns:")
-_FLUSHED_KEYS = (b"log", b"lru", b"born", b"epoch")
+_FLUSHED_KEYS = (b"log", b"lru", b"born", b"epoch", b"namespaces")
 
 # Delete x:{exact} only if it still points at this id (a newer entry may have replaced it).
 _DEL_IF = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"
