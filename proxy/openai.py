@@ -124,13 +124,13 @@ def _stdlib_json(raw: bytes) -> Any:
     return data
 
 
-def dumps(value: Any) -> bytes:
-    """JSON for vLLM or a cache key: orjson, or the stdlib's for integers past 64 bits and
-    NonFinite floats (written NaN, Infinity, -Infinity)."""
+def dumps(value: Any, sort_keys: bool = False) -> bytes:
+    """JSON for vLLM or a cache key (`sort_keys`): orjson, or the stdlib's for integers past 64
+    bits and NonFinite floats (written NaN, Infinity, -Infinity)."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
     except TypeError:
-        return json.dumps(value, separators=(",", ":")).encode()
+        return json.dumps(value, sort_keys=sort_keys, separators=(",", ":")).encode()
 
 
 def validate(kind: Kind, body: dict[str, Any]) -> None:

@@ -16,13 +16,10 @@ question and only that question is compared by meaning.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from proxy import effective
+from proxy import effective, openai
 from proxy.types import Kind
 
 
@@ -40,12 +37,8 @@ class RequestKeys:
 
 
 def _digest(value: Any) -> str:
-    try:
-        raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # an integer past 64 bits (vLLM reads them exactly: so does the proxy),
-        # or NaN/Infinity as read (openai.NonFinite: orjson would write null)
-        raw = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(raw).hexdigest()
+    # exact for integers past 64 bits and NaN/Infinity as read (vLLM reads them so too)
+    return hashlib.sha256(openai.dumps(value, sort_keys=True)).hexdigest()
 
 
 def _text_of(content: Any) -> str | None:
