@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tools.judge.ensemble import recall_at
 from tools.judge.train import MAX_TOKENS, load, train
 
 DEFAULT = ("5/8e-5/mean/11/32,5/8e-5/mean/12/32,5/8e-5/mean/13/32,5/8e-5/cls/11/32,"
@@ -49,13 +50,9 @@ def auc(scores: np.ndarray, y: np.ndarray) -> float:
 
 
 def metrics(scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    order = np.argsort(-scores, kind="stable")
-    tp = np.cumsum(y[order])
-    precision = tp / np.arange(1, len(scores) + 1)
     cells = {"auc": auc(scores, y)}
     for p in (0.99, 0.95, 0.9):
-        ok = np.flatnonzero(precision >= p)
-        cells[f"recall_at_p{p:g}"] = float(tp[ok.max()] / y.sum()) if len(ok) else 0.0
+        cells[f"recall_at_p{p:g}"] = recall_at(y, scores, p)
     return cells
 
 
