@@ -34,7 +34,7 @@ from typing import Any
 
 from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
-from loadtest.sweep import meets, parse_slo
+from loadtest.sweep import bracketed, meets, parse_slo
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
@@ -78,15 +78,13 @@ def unfinished(folder: Path, slo: dict[str, float]) -> dict[str, Any] | None:
     """A sweep cut before its sweep.json (a device budget ran out): its goodput from the points
     it finished, by the sweep's own rule (the highest rate that met the SLO; bracketed when a
     higher one missed). Knee and saturation need the whole ladder: not given."""
-    points = [json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json"))]
+    points = [{"offered_rate": float(res["request_rate"]), "meets_slo": meets(res, slo)}
+              for res in (json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json")))]
     if not points or not slo:
         return None
-    met = [float(p["request_rate"]) for p in points if meets(p, slo)]
-    best = max(met, default=None)
+    best = max((p["offered_rate"] for p in points if p["meets_slo"]), default=None)
     return {"goodput_rate": best, "knee_rate": None, "saturation_rate": None,
-            "goodput_bounded": any(not meets(p, slo) and (best is None
-                                                          or float(p["request_rate"]) > best)
-                                   for p in points)}
+            "goodput_bounded": bracketed(points, best)}
 
 
 def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:

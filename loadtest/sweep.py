@@ -237,9 +237,7 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
     except KeyboardInterrupt:
         save_interrupted(out, {"points": points})
         raise
-    # bracketed: some rate above the goodput missed (a miss below it bounds nothing)
-    bounded = any(not p["meets_slo"] and (goodput is None or p["offered_rate"] > goodput)
-                  for p in points) if slo else None
+    bounded = bracketed(points, goodput) if slo else None
     summary = {"points": points, "knee_rate": knee, "saturation_rate": first_sat,
                "highest_rate": max((p["offered_rate"] for p in points), default=None),
                "slo": {k: v for k, v in slo.items()}, "goodput_rate": goodput,
@@ -255,6 +253,12 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
                  "--max-rate)"), flush=True)
     print(f"wrote {out}/sweep.json, {len(points)} point JSONs and {png.name}", flush=True)
     return summary
+
+
+def bracketed(points: list[dict[str, Any]], goodput: float | None) -> bool:
+    """Some rate above the goodput missed the SLO (a miss below it bounds nothing)."""
+    return any(not p["meets_slo"] and (goodput is None or p["offered_rate"] > goodput)
+               for p in points)
 
 
 def _bisect(a: argparse.Namespace, slo: dict[str, float], points: list[dict[str, Any]],
