@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from proxy import clip, openai, params, policy
 from proxy.admission import Admission
-from proxy.bounds import INLINE_BYTES, Bounds, prompt_count
+from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError, UpstreamError
 from proxy.hedge import Hedge
@@ -145,13 +145,9 @@ class CompletionHandler:
                 "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")
         trace.lease = await self.limits.admit(tenant)
         raw = await read_body(request, s.max_body_bytes, s.body_timeout)
-        body = await self.bounds.parse(raw, kind)
-        # as vLLM checks them, before greedy overwrites them; a large body's check (pydantic over
-        # every message or token id: ~100 ms at 4 MB) off the event loop, as its parse is
-        if len(raw) <= INLINE_BYTES:
-            params.check(kind, body, s.greedy)
-        else:
-            await asyncio.to_thread(params.check, kind, body, s.greedy)
+        # the fields checked as vLLM checks them, before greedy overwrites them: off the event
+        # loop with the parse for a large body
+        body = await self.bounds.parse(raw, kind, lambda b: params.check(kind, b, s.greedy))
         if kind == "completions":
             trace.weight = prompt_count(body["prompt"])
         if s.log_prompts:
