@@ -16,6 +16,8 @@ own share of the entries.
 one): repeat a ratio (`--ratios 0.6,0.6`) and the second round swaps the targets, so the four
 sweeps are the 2 x 2 of {vLLM alone, full stack} x {profile A, profile B} and the cache's gain
 is told apart from the backend's. Folders are then `r<ratio>-<target>-<profile>`.
+`--dataset FILE.jsonl` takes the fresh prompts from a file (the study's `code_edit`, on the
+trained model: where n-gram speculation accepts) on /v1/completions, each row's own length.
 `--proxy-workers N --redis-url URL` runs the proxy with N workers sharing one cache in Redis
 (one worker alone is a relay limit past ~60 req/s of 384-token streams).
 """
@@ -53,10 +55,12 @@ def name(results: Path, ratio: float, target: str, profile: str, tagged: bool) -
 def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: str,
           gpu: int, seed: int, folder: str) -> None:
     out = a.results / folder
+    shape = (["--dataset-path", str(a.dataset), "--endpoint", "completions"] if a.dataset else
+             ["--input-len", "384", "--output-len", "384", "--range-ratio", "0.33"])
     cmd = [PY, "-m", "loadtest", "sweep", "--target", url, "--model", a.served_name,
            "--tokenizer", a.model, "--workload", "repeat", "--repeat-ratio", f"{ratio:g}",
-           "--zipf", "1.0", "--input-len", "384", "--output-len", "384", "--range-ratio", "0.33",
-           "--ignore-eos", "--max-concurrency", "250", "--start-rate", f"{a.start_rate:g}",
+           "--zipf", "1.0", *shape, "--ignore-eos", "--max-concurrency", "250",
+           "--start-rate", f"{a.start_rate:g}",
            "--factor", "1.5", "--max-rate", "400", "--point-duration", f"{a.point_s:g}",
            "--warmup-seconds", f"{a.warm_s:g}", "--slo", a.slo, "--bisect-steps",
            str(a.bisect_steps), "--workers", "auto", "--backend-url", backend, "--no-progress",
@@ -182,7 +186,7 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("offered request rate (req/s)", fontsize=8)
     ax.set_ylabel("TTFT p99 (ms)", fontsize=8)
-    ax.set_title("Full stack vs vLLM alone, repeat workload, 2x H200 (random 3B)", fontsize=10)
+    ax.set_title(f"Full stack vs vLLM alone, {a.title}", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -199,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="the vLLM profile on GPU 0 and on GPU 1 (one name: both)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="GPU:KEY=VALUE",
                    help="a vLLM flag for one GPU's server (deploy backend --set), repeatable")
+    p.add_argument("--dataset", type=Path, default=None,
+                   help="fresh prompts from this JSONL ({prompt, output_tokens}, e.g. "
+                        "bench.study_workloads' code_edit) on /v1/completions, instead of "
+                        "random 384-token chat prompts")
+    p.add_argument("--title", default="repeat workload, 2x H200 (random 3B)",
+                   help="the plot's subtitle")
     p.add_argument("--proxy-workers", type=int, default=1)
     p.add_argument("--redis-url", default=None,
                    help="the proxies' shared answer cache (needed for --proxy-workers > 1)")

@@ -98,11 +98,14 @@ WORKLOADS: dict[str, Callable[[list[Path], random.Random, int], list[Row]]] = {
 }
 
 
-def write_all(held_out_list: Path, out_dir: Path, n: int, seed: int) -> list[Path]:
+def write_all(held_out_list: Path, out_dir: Path, n: int, seed: int,
+              only: list[str] | None = None) -> list[Path]:
     files = [Path(line) for line in held_out_list.read_text().splitlines() if line]
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, make in WORKLOADS.items():
+        if only and name not in only:
+            continue
         rows = make(files, random.Random(f"{seed}:{name}"), n)
         path = out_dir / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -116,8 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path)
     p.add_argument("-n", type=int, default=256, help="requests per workload")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", default=None, metavar="NAME,...",
+                   help=f"write only these ({', '.join(WORKLOADS)})")
     args = p.parse_args(argv)
-    for path in write_all(args.held_out, args.out, args.n, args.seed):
+    only = args.only.split(",") if args.only else None
+    if only and (bad := set(only) - set(WORKLOADS)):
+        p.error(f"--only: unknown {sorted(bad)}")
+    for path in write_all(args.held_out, args.out, args.n, args.seed, only):
         print(path)
     return 0
 

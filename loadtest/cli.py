@@ -24,16 +24,20 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokenizer", default=None, metavar="PATH",
                    help="HF tokenizer: exact random prompt sizes; counts tokens without usage")
     w = p.add_argument_group("workload")
-    w.add_argument("--workload", choices=("random", "sharegpt", "prefix", "cache", "repeat"),
+    w.add_argument("--workload",
+                   choices=("random", "sharegpt", "prefix", "cache", "repeat", "custom"),
                    default="random",
-                   help="repeat: random prompts, a share --repeat-ratio of them exact repeats "
-                        "(Zipf by --zipf): the cache's mix at any rate")
+                   help="repeat: random prompts (or --dataset-path's rows), a share "
+                        "--repeat-ratio of them exact repeats (Zipf by --zipf): the cache's mix "
+                        "at any rate; custom: a JSONL file's prompts")
     w.add_argument("--seed", type=int, default=0, help="seeds every random choice")
     w.add_argument("--input-len", type=int, default=128)
     w.add_argument("--output-len", type=int, default=32)
     w.add_argument("--range-ratio", type=float, default=0.0)
     w.add_argument("--ignore-eos", action="store_true")
-    w.add_argument("--dataset-path", default=None, help="ShareGPT-format JSON")
+    w.add_argument("--dataset-path", default=None,
+                   help="sharegpt: ShareGPT-format JSON; custom and repeat: JSONL of "
+                        '{"prompt": ..., "output_tokens": N} (vllm bench serve\'s custom format)')
     w.add_argument("--sharegpt-output-len", type=int, default=0,
                    help="override ShareGPT answer lengths (0: the answer's own length)")
     w.add_argument("--prefix-len", type=int, default=256)
@@ -198,6 +202,11 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     need(0 <= a.range_ratio < 1, "--range-ratio must be in [0, 1)")
     need(a.workload != "sharegpt" or a.dataset_path is not None,
          "--workload sharegpt needs --dataset-path FILE.json")
+    need(a.workload != "custom" or a.dataset_path is not None,
+         "--workload custom needs --dataset-path FILE.jsonl")
+    need(a.dataset_path is None or a.workload in ("sharegpt", "custom", "repeat"),
+         f"--dataset-path is read by the sharegpt, custom and repeat workloads, not "
+         f"{a.workload}")
     ratios = (a.repeat_ratio, a.paraphrase_ratio, a.near_miss_ratio)
     need(all(0 <= r <= 1 for r in ratios) and sum(ratios) <= 1,
          "--repeat-ratio, --paraphrase-ratio, --near-miss-ratio: each in [0, 1], sum <= 1")

@@ -147,14 +147,63 @@ def sharegpt_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Requ
                       cfg.ignore_eos, user=user)
 
 
+def load_custom(path: str) -> list[tuple[str, int | None]]:
+    """(prompt, output_tokens or None) per line of a JSONL file in the format `vllm bench serve
+    --dataset-name custom` reads: {"prompt": "...", "output_tokens": 256}."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"dataset file not found: {path}")
+    rows: list[tuple[str, int | None]] = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e})") from e
+        out = row.get("output_tokens") if isinstance(row, dict) else None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not (
+                out is None or (type(out) is int and out > 0)):
+            raise ValueError(f"{path}:{n}: expected {{\"prompt\": str, \"output_tokens\": "
+                             "int > 0 (optional)}")
+        rows.append((row["prompt"], out))
+    if not rows:
+        raise ValueError(f"{path} has no prompts")
+    return rows
+
+
+def custom_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    """A JSONL file's prompts in a seeded order, cycling; each row's `output_tokens` (or
+    --output-len where a row has none)."""
+    if not cfg.dataset_path:
+        raise ValueError(f"--workload {cfg.name} needs --dataset-path FILE.jsonl")
+    rows = load_custom(cfg.dataset_path)
+    order = np.random.default_rng(cfg.seed).permutation(len(rows)).tolist()
+    for i, j in enumerate(itertools.cycle(order)):
+        prompt, out = rows[j]
+        yield Request(i, prompt, out or cfg.output_len,
+                      len(tok.encode(prompt)) if tok is not None else None, cfg.ignore_eos)
+
+
+def _unique_rows(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+    """A dataset's rows, each behind a first line naming the run's seed and the request
+    (`# request 7.42`): fresh prompts are new even when the file cycles, and a sweep's later
+    point (its own seed) never resends what an earlier one left in a cache."""
+    for req in custom_stream(cfg, tok):
+        text = f"# request {cfg.seed}.{req.index}\n{req.prompt}"
+        yield dataclasses.replace(req, prompt=text, prompt_len=(
+            len(tok.encode(text)) if tok is not None else None))
+
+
 def repeat_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
     """Random prompts where a share `--repeat-ratio` of the requests resends an earlier request
     unchanged (prompt and max_tokens), chosen by Zipf popularity over the ones sent so far, the
     earliest the most popular: an exact-repeat mix whose ratio holds at any rate and length,
-    where the cache workload's question pool (213 questions) runs dry at GPU rates."""
+    where the cache workload's question pool (213 questions) runs dry at GPU rates. With
+    --dataset-path the fresh prompts are a JSONL file's rows instead (`_unique_rows`)."""
     rng = np.random.default_rng([cfg.seed, 1])  # its own stream: the fresh prompts stay random's
     ratio, s = float(cfg.cache.get("repeat", 0.3)), float(cfg.cache.get("zipf", 1.0))
-    fresh = random_stream(cfg, tok)
+    fresh = _unique_rows(cfg, tok) if cfg.dataset_path else random_stream(cfg, tok)
     sent: list[Request] = []
     texts: set[bytes] = set()  # a fresh prompt must be new: token runs can decode alike
     for i in itertools.count():
@@ -184,6 +233,8 @@ def stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
         it = cache_stream(cfg)
     elif cfg.name == "repeat":
         it = repeat_stream(cfg, tok)
+    elif cfg.name == "custom":
+        it = custom_stream(cfg, tok)
     else:
         raise ValueError(f"unknown workload {cfg.name!r}")
     return itertools.chain([next(it)], it)

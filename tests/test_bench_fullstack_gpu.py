@@ -93,3 +93,25 @@ def test_a_sweep_cut_before_its_summary_is_read_from_its_points(tmp_path):
     assert "| 0.6 | fullstack | tuned #2 (unfinished) | 90.0 | None | None | 0.60 | 0 |" in text
     assert "| 0.6 | 90.0 (tuned #2 (unfinished)) | 40.0 (baseline) | **2.25×** |" in text
     assert "other" not in text
+
+
+def test_the_sweep_command_is_one_the_load_tester_accepts_with_and_without_a_dataset(
+        tmp_path, monkeypatch):
+    from bench import fullstack_gpu
+    from loadtest.cli import check, parser
+
+    sent = []
+    monkeypatch.setattr(fullstack_gpu.subprocess, "run", lambda cmd, **_: sent.append(cmd))
+    data = tmp_path / "code_edit.jsonl"
+    data.write_text('{"prompt": "x = 1\\n", "output_tokens": 8}\n')
+    for dataset in (None, data):
+        a = argparse.Namespace(
+            served_name="model", model="/m", start_rate=8.0, point_s=30.0, warm_s=5.0,
+            slo="ttft_p99:1000,tpot_p99:50", bisect_steps=2, results=tmp_path, dataset=dataset)
+        fullstack_gpu.sweep(a, 0.6, "direct", "http://x", "http://x", 0, 0, "r0.6-direct")
+        ap = parser()
+        args = ap.parse_args(sent[-1][3:])
+        check(ap, args)  # exits on a refused combination
+        assert args.workload == "repeat" and args.repeat_ratio == 0.6
+        assert (args.dataset_path, args.endpoint) == (
+            (str(data), "completions") if dataset else (None, "chat"))

@@ -1,3 +1,4 @@
+import dataclasses
 import itertools
 import json
 
@@ -119,3 +120,56 @@ def test_sharegpt_rows_of_another_shape_are_skipped_not_a_crash(tmp_path):
     f.write_text(json.dumps({"conversations": []}))
     with pytest.raises(ValueError, match="expected a JSON list"):
         workload.load_sharegpt(str(f))
+
+
+def _custom(tmp_path, rows):
+    f = tmp_path / "wl.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(f)
+
+
+def test_custom_workload_replays_a_jsonl_file_in_a_seeded_order(tmp_path):
+    path = _custom(tmp_path, [{"prompt": f"def f{i}():\n    return {i}\n", "output_tokens": 5 + i}
+                              for i in range(6)] + [{"prompt": "no length"}])
+    reqs = take(WorkloadConfig(name="custom", dataset_path=path, output_len=9, seed=2), 14)
+    assert sorted(r.prompt for r in reqs[:7]) == sorted(
+        [f"def f{i}():\n    return {i}\n" for i in range(6)] + ["no length"])
+    assert [r.prompt for r in reqs[7:]] == [r.prompt for r in reqs[:7]]  # cycles, same order
+    lengths = {r.prompt: r.max_tokens for r in reqs}
+    assert lengths["no length"] == 9 and lengths["def f3():\n    return 3\n"] == 8
+    other = take(WorkloadConfig(name="custom", dataset_path=path, seed=3), 7)
+    assert [r.prompt for r in other] != [r.prompt for r in reqs[:7]]
+
+
+def test_repeat_workload_over_a_dataset_sends_each_fresh_row_once_per_run_and_seed(tmp_path):
+    # two rows only: the file cycles, yet no "new" prompt repeats an earlier one (a cache would
+    # call it a hit), and another seed (a sweep's next point) shares none of the first's prompts
+    path = _custom(tmp_path, [{"prompt": "x = 1\n", "output_tokens": 4},
+                              {"prompt": "y = 2\n", "output_tokens": 6}])
+    cfg = WorkloadConfig(name="repeat", dataset_path=path, seed=5,
+                         cache={"repeat": 0.5, "zipf": 1.0})
+    reqs = take(cfg, 200)
+    new = [r for r in reqs if r.kind == "new"]
+    assert 70 < len(new) < 130 and len({r.prompt for r in new}) == len(new)
+    assert all(r.prompt.split("\n", 1)[1] in ("x = 1\n", "y = 2\n") for r in new)
+    assert {r.max_tokens for r in new} == {4, 6}
+    again = {r.prompt for r in take(dataclasses.replace(cfg, seed=6), 200)}
+    assert not again & {r.prompt for r in reqs}
+
+
+def test_custom_dataset_errors_name_the_file_and_line(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"prompt": "ok"}\n{"prompt": 3}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: expected"):
+        workload.stream(WorkloadConfig(name="custom", dataset_path=str(f)), None)
+    f.write_text('{"prompt": "ok", "output_tokens": 0}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: expected"):
+        workload.stream(WorkloadConfig(name="custom", dataset_path=str(f)), None)
+    f.write_text("{\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: not JSON"):
+        workload.stream(WorkloadConfig(name="repeat", dataset_path=str(f)), None)
+    f.write_text("\n")
+    with pytest.raises(ValueError, match="has no prompts"):
+        workload.stream(WorkloadConfig(name="custom", dataset_path=str(f)), None)
+    with pytest.raises(ValueError, match="needs --dataset-path"):
+        workload.stream(WorkloadConfig(name="custom"), None)
