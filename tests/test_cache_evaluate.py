@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "tests" / "data" / "cache_pairs.jsonl"
 
 KEYS = {"pairs", "true_hits", "false_hits", "missed", "precision", "recall", "false_hit_rate",
-        "false_hit_rate_95ci", "max_false_hit_rate", "judge_threshold", "cosine_floor",
-        "judge_model"}
+        "false_hit_rate_95ci", "cache_mode", "max_false_hit_rate", "judge_threshold",
+        "cosine_floor", "judge_model"}
 
 
 def run(*args: str) -> dict[str, Any]:
@@ -233,6 +233,32 @@ def test_settings_are_read_as_the_proxy_reads_them(tmp_path: Path) -> None:
     assert (report["max_false_hit_rate"], report["judge_model"], report["cosine_floor"]) == (
         0.25, "minilm", 0.5)
     assert isinstance(report["judge_threshold"], float)  # 25 % admits a threshold
+
+
+def test_exact_and_off_are_evaluated_as_the_proxy_serves_them(tmp_path: Path) -> None:
+    """PROXY_CACHE=exact has no semantic tier and off no cache: before, both were evaluated as
+    semantic, reporting paraphrase hits that the proxy at those settings never serves."""
+    q = "How do I reverse a list in Python?"
+    path = _write(tmp_path / "pairs.jsonl", [
+        {"a": q, "b": q, "same": True},
+        {"a": q, "b": "how do i reverse a list in python", "same": True},  # the judge's at 25 %
+        {"a": q, "b": q + " ", "same": False}])  # one space more: another exact key
+    reports, notes = {}, {}
+    for mode in ("semantic", "exact", "off"):
+        out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
+                             cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
+                             env=_env(PROXY_CACHE=mode, PROXY_CACHE_MAX_FALSE_HIT_RATE="0.25"))
+        reports[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        notes[mode] = f"PROXY_CACHE={mode}:" in out.stderr
+    seen = {m: (r["true_hits"], r["false_hits"], r["missed"]) for m, r in reports.items()}
+    # (before: exact and off read as semantic, (2, 1, 0): the judge's paraphrase, and a false
+    # hit for the question with one space more)
+    assert seen == {"semantic": (2, 1, 0), "exact": (1, 0, 1), "off": (0, 0, 2)}
+    assert {m: (set(r) == KEYS, r["cache_mode"]) for m, r in reports.items()} == {
+        m: (True, m) for m in reports}
+    assert notes == {"semantic": False, "exact": True, "off": True}  # said on stderr
+    assert reports["exact"]["judge_threshold"] is reports["off"]["judge_threshold"] is None
+    assert run("--pairs", str(path), "--cache", "off")["true_hits"] == 0  # serve's flag too
 
 
 @pytest.mark.parametrize(("args", "env", "says"), [

@@ -13,14 +13,17 @@ For every pair: store `a` in a fresh cache at the proxy's settings (PROXY_* vari
 flags below, read as `python -m proxy serve` reads them: the same cosine floor, rules, judge
 and threshold; embedded store, no shedding), look up `b`, and count a hit as a claim that the
 two questions have the same answer. All pairs run concurrently over one embedder and judge.
+The mode is the proxy's too: with PROXY_CACHE=exact only identical questions hit (no judge
+runs), with PROXY_CACHE=off nothing does; a note on stderr says so.
 
 Output: with --verbose, the mistakes on stderr; as the last line on stdout (and in --output
 FILE), one JSON object: pairs, true_hits, false_hits, missed, precision (true hits / hits),
 recall (true hits / equal pairs), false_hit_rate (false hits / hits; each ratio null when
 there is nothing to divide by), false_hit_rate_95ci (two-sided 95% Clopper-Pearson), with
-families false_hit_rate_95ci_families, and the settings used: max_false_hit_rate,
-judge_threshold (null: +inf, the judge accepts nothing and only identical texts hit, as at the
-default 1% today), cosine_floor, judge_model. See docs/cache.md.
+families false_hit_rate_95ci_families, and the settings used: cache_mode (semantic, exact or
+off), max_false_hit_rate, judge_threshold (null: +inf, the judge accepts nothing and only
+identical texts hit, as at the default 1% today; null too without a judge: exact, off),
+cosine_floor, judge_model. See docs/cache.md.
 """
 
 from __future__ import annotations
@@ -152,14 +155,21 @@ def _answer(text: str) -> dict[str, Any]:
             "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
 
 
-async def _pair(cfg: CacheConfig, embedder: Embedder, judge: Judge, a: str,
+async def _pair(cfg: CacheConfig, embedder: Embedder | None, judge: Judge | None, a: str,
                 b: str) -> tuple[bool, Any]:
     cache = await open_cache(config=cfg, embedder=embedder, judge=judge)
-    assert cache is not None
+    if cache is None:  # PROXY_CACHE=off: the proxy sends every request upstream
+        return False, None
     first = await cache.lookup(_request(a))
     await cache.store(first.ticket, Completion(body=_answer(a)))
     second = await cache.lookup(_request(b))
     return second.status == "hit", second.similarity
+
+
+# what the proxy serves without its semantic tier (PROXY_CACHE=exact or off)
+_NO_SEMANTIC = {"exact": "the proxy has no semantic tier: only a question identical to the "
+                         "stored one, character for character, hits",
+                "off": "the proxy caches nothing: no pair hits"}
 
 
 def settings(flags: dict[str, str | None] | None = None) -> CacheConfig:
@@ -174,17 +184,26 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
                    verbose: bool = False) -> dict[str, Any]:
     cfg = cfg or settings()
     # every pair is looked up at once: no shedding, the judge scores them all (a shed lookup
-    # would count as a miss, and the evaluation is of the judge, not of its queue)
-    cfg = replace(cfg, mode="semantic", redis_url=None, snapshot=None, shared=False,
-                  judge_max_pending=0)
-    embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
-    judge = await Judge.load(cfg.max_false_hit_rate, cfg.judge_dir, cfg.judge_threads)
+    # would count as a miss, and the evaluation is of the judge, not of its queue); the mode
+    # is the proxy's: exact has no semantic tier, off no cache (until 2026-11-28 both were
+    # evaluated as semantic, hits the proxy at those settings never serves)
+    cfg = replace(cfg, redis_url=None, snapshot=None, shared=False, judge_max_pending=0)
+    embedder: Embedder | None = None
+    judge: Judge | None = None
+    if cfg.mode == "semantic":
+        embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads, cfg.embed_backend)
+        judge = await Judge.load(cfg.max_false_hit_rate, cfg.judge_dir, cfg.judge_threads)
+    else:
+        print(f"note: PROXY_CACHE={cfg.mode}: {_NO_SEMANTIC[cfg.mode]}; evaluated so "
+              "(PROXY_CACHE=semantic for the judge; docs/cache.md)", file=sys.stderr)
     try:
         results = await asyncio.gather(*(_pair(cfg, embedder, judge, p["a"], p["b"])
                                          for p in pairs))
     finally:
-        await embedder.aclose()
-        judge.close()
+        if embedder is not None:
+            await embedder.aclose()
+        if judge is not None:
+            judge.close()
     true_hits = false_hits = missed = 0
     wrong: Counter[str] = Counter()
     for pair, (hit, sim) in zip(pairs, results, strict=True):
@@ -201,7 +220,7 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
     if verbose:
         for key, n in sorted(wrong.items()):
             print(f"{key}: {n}", file=sys.stderr)
-    if math.isinf(judge.threshold):  # the report's judge_threshold is then null
+    if judge is not None and math.isinf(judge.threshold):  # judge_threshold is then null
         why = (f"its reference pairs drifted by {judge.drift:.3f} on this CPU" if judge.drifted
                else f"no threshold on dev promises a false-hit rate of {cfg.max_false_hit_rate}")
         print(f"note: the judge accepts nothing ({why}): as in the proxy, only identical texts "
@@ -221,9 +240,10 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
             "recall": round(true_hits / positives, 4) if positives else None,
             "false_hit_rate": round(false_hits / hits, 4) if hits else None,
             "false_hit_rate_95ci": [round(low, 4), round(high, 4)], **by_family,
-            "max_false_hit_rate": cfg.max_false_hit_rate,
-            "judge_threshold": judge.threshold, "cosine_floor": cfg.threshold,
-            "judge_model": cfg.judge_model}
+            "cache_mode": cfg.mode, "max_false_hit_rate": cfg.max_false_hit_rate,
+            # null without a judge (exact, off) as at +inf: it accepts nothing
+            "judge_threshold": judge.threshold if judge is not None else None,
+            "cosine_floor": cfg.threshold, "judge_model": cfg.judge_model}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -234,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=Path, default=None,
                         help="JSONL of labelled pairs (format above)")
     # the proxy's own flags (python -m proxy serve --cache-...), read as it reads them
+    parser.add_argument("--cache", metavar="MODE", help="semantic, exact (identical questions "
+                        "only) or off (no hits) (env PROXY_CACHE; default semantic)")
     parser.add_argument("--cache-threshold", "--threshold", dest="cache_threshold",
                         metavar="FLOOR", help="cosine floor, in (0, 1] "
                         "(env PROXY_CACHE_THRESHOLD; default 0.40)")
@@ -254,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     path = args.pairs or args.pairs_file or TEST_SPLIT
     try:
         cfg = settings({k: getattr(args, k) for k in (
-            "cache_threshold", "cache_max_false_hit_rate", "cache_judge_model")})
+            "cache", "cache_threshold", "cache_max_false_hit_rate", "cache_judge_model")})
     except ValueError as exc:  # proxy.settings.SettingsError among them
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     try:
