@@ -261,6 +261,28 @@ def test_exact_and_off_are_evaluated_as_the_proxy_serves_them(tmp_path: Path) ->
     assert run("--pairs", str(path), "--cache", "off")["true_hits"] == 0  # serve's flag too
 
 
+async def test_verbose_prints_each_mistake_on_one_line(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """Questions with line breaks or control characters are printed as JSON strings: before,
+    as they were, a question with a newline took two lines (or more) of the mistakes."""
+    from proxy.cache.config import CacheConfig
+    from proxy.cache.evaluate import evaluate
+
+    odd = "first line\nsecond\r\tthird\u2028fourth\x85fifth\x00 \"quoted\" caf\u00e9"
+    pairs = [{"a": odd, "b": odd, "same": False, "kind": "k"},  # identical: a false hit
+             {"a": "x\ny", "b": "x\r\ny", "same": True, "kind": "k"},  # exact: missed
+             {"a": "plain", "b": "plain", "same": True}]
+    report = await evaluate(pairs, CacheConfig(mode="exact"), verbose=True)
+    assert (report["false_hits"], report["missed"]) == (1, 1)
+    mistakes = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith(("FALSE HIT", "MISSED"))]
+    shown = ('"first line\\nsecond\\r\\tthird\\u2028fourth\\u0085fifth\\u0000 '
+             '\\"quoted\\" caf\u00e9"')
+    assert mistakes == [f"FALSE HIT sim=1.0 | {shown} | {shown}",
+                        'MISSED sim=None | "x\\ny" | "x\\r\\ny"']
+    assert json.loads(shown) == odd
+
+
 @pytest.mark.parametrize(("args", "env", "says"), [
     (["--threshold", "5"], {}, "PROXY_CACHE_THRESHOLD must be in (0, 1]"),
     (["--max-false-hit-rate", "1.5"], {}, "PROXY_CACHE_MAX_FALSE_HIT_RATE must be in (0, 1)"),

@@ -16,13 +16,14 @@ two questions have the same answer. All pairs run concurrently over one embedder
 The mode is the proxy's too: with PROXY_CACHE=exact only identical questions hit (no judge
 runs), with PROXY_CACHE=off nothing does; a note on stderr says so.
 
-Output: with --verbose, the mistakes on stderr; as the last line on stdout (and in --output
-FILE), one JSON object: pairs, true_hits, false_hits, missed, precision (true hits / hits),
-recall (true hits / equal pairs), false_hit_rate (false hits / hits; each ratio null when
-there is nothing to divide by), false_hit_rate_95ci (two-sided 95% Clopper-Pearson), with
-families false_hit_rate_95ci_families, and the settings used: cache_mode (semantic, exact or
-off), max_false_hit_rate, judge_threshold (null: +inf, the judge accepts nothing and only
-identical texts hit, as at the default 1% today; null too without a judge: exact, off),
+Output: with --verbose, the mistakes on stderr, one a line, each question as a JSON string
+("line one\\nline two"); as the last line on stdout (and in --output FILE), one JSON object:
+pairs, true_hits, false_hits, missed, precision (true hits / hits), recall (true hits / equal
+pairs), false_hit_rate (false hits / hits; each ratio null when there is nothing to divide
+by), false_hit_rate_95ci (two-sided 95% Clopper-Pearson), with families
+false_hit_rate_95ci_families, and the settings used: cache_mode (semantic, exact or off),
+max_false_hit_rate, judge_threshold (null: +inf, the judge accepts nothing and only identical
+texts hit, as at the default 1% today; null too without a judge: exact, off),
 cosine_floor, judge_model. See docs/cache.md.
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 from collections import Counter
@@ -166,6 +168,16 @@ async def _pair(cfg: CacheConfig, embedder: Embedder | None, judge: Judge | None
     return second.status == "hit", second.similarity
 
 
+# line breaks json.dumps leaves as they are (str.splitlines and editors break lines there)
+_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _shown(text: str) -> str:
+    """A question on one line of --verbose: a JSON string (newlines, tabs and control
+    characters escaped, other text as it is), so that each mistake is one line."""
+    return json.dumps(text, ensure_ascii=False).translate(_BREAKS)
+
+
 # what the proxy serves without its semantic tier (PROXY_CACHE=exact or off)
 _NO_SEMANTIC = {"exact": "the proxy has no semantic tier: only a question identical to the "
                          "stored one, character for character, hits",
@@ -216,7 +228,8 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
             wrong[f"{'false hit' if hit else 'missed'} / {pair.get('kind', '?')}"] += 1
             if verbose:
                 kind = "FALSE HIT" if hit else "MISSED"
-                print(f"{kind} sim={sim} | {pair['a']} | {pair['b']}", file=sys.stderr)
+                print(f"{kind} sim={sim} | {_shown(pair['a'])} | {_shown(pair['b'])}",
+                      file=sys.stderr)
     if verbose:
         for key, n in sorted(wrong.items()):
             print(f"{key}: {n}", file=sys.stderr)
