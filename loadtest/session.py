@@ -174,6 +174,9 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
                           "ramp": stats.summarize(apart["ramp"], ramp_s, p.percentiles),
                           "drain": stats.summarize(apart["drain"], drain_s, p.percentiles)}
     res.update(stats.summarize(results, span, p.percentiles, p.goodput))
+    if a.duration is not None and not out.interrupted:  # answered inside the window
+        res["window_completion_rate"] = stats.window_completion_rate(
+            out.results, out.t0, ramp_s, max(ramp_s, a.duration - drain_s))
     if p.run.max_concurrency:
         res.update(stats.queue_stats(out.results, p.percentiles))
     # the same window as the headline; every answer is a reference for judging its hits

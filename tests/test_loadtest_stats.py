@@ -130,3 +130,24 @@ def test_cache_statistics_cover_the_steady_window_and_judge_against_every_answer
                             "new": {"requests": 21, "hits": 0}}
     assert {k: v["completed"] for k, v in res["by_cache"].items()} == {"hit": 9, "miss": 21}
     assert res["by_cache"]["hit"]["request_throughput"] == pytest.approx(9 / 3)
+
+
+def test_window_completion_rate_counts_the_answers_inside_the_window() -> None:
+    """A closed loop of 2 requests in flight for a 4 s window (t0 = 100), answers of 0.5 s:
+    2 answered a second inside it. The last two sent, at 3.9 s, take 6 s: the drain after the
+    window. The whole run's rate and the completions' span both run on to its end."""
+    t0 = 100.0
+
+    def sent(i: int, at: float, latency: float, ok: bool = True) -> Result:
+        return Result(i, success=ok, start=t0 + at, ttft=latency, latency=latency,
+                      output_tokens=1)
+
+    loop = [sent(i, i // 2, 0.5) for i in range(8)]  # end at 0.5 s ... 3.5 s
+    drain = [sent(8 + i, 3.9, 6.0) for i in range(2)]  # end at 9.9 s
+    rs = [*loop, *drain, sent(10, 1.0, 0.5, ok=False)]
+    assert stats.window_completion_rate(rs, t0, 0.0, 4.0) == pytest.approx(2.0)
+    assert stats.window_completion_rate(rs, t0, 1.0, 3.0) == pytest.approx(2.0)  # a ramp
+    assert stats.window_completion_rate(rs, t0, 2.0, 2.0) is None  # no window
+    d = stats.summarize(rs, duration=9.9, percentiles=[99])
+    assert d["request_throughput"] == pytest.approx(10 / 9.9)
+    assert d["completion_rate"] == pytest.approx(10 / 9.4)

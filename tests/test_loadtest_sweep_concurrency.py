@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +69,8 @@ def test_finds_the_mocks_known_batch_limit(tmp_path):
                      "--no-scrape", "--out", str(tmp_path)]) == 0
     s = json.loads((tmp_path / "sweep.json").read_text())
     assert s["knee_concurrency"] == 2 and s["saturation_concurrency"] == 4
+    point = json.loads(next(tmp_path.glob("point-01-*.json")).read_text())
+    assert point["window_completion_rate"] == s["points"][0]["achieved_rate"] > 0
 
 
 def test_with_an_slo_the_ladder_goes_past_saturation_until_the_slo_is_missed(tmp_path, capsys):
@@ -85,3 +88,40 @@ def test_with_an_slo_the_ladder_goes_past_saturation_until_the_slo_is_missed(tmp
                                "--out", str(tmp_path)), modelled)
     assert s["goodput_concurrency"] == 16 and s["goodput_bounded"] is False
     assert "a lower bound" in capsys.readouterr().out
+
+
+# A simulated closed loop (8 seeds averaged): a 64-slot server, answers of 20 s on average
+# (lognormal, sigma 1.2), 60 s windows. Per level: the whole run's request_throughput and the
+# rate answered inside the window. The server is full at 64.
+DRAINED = {16: (0.393, 0.933), 24: (0.480, 1.396), 32: (0.623, 1.837), 40: (0.781, 2.254),
+           48: (0.727, 2.733), 56: (0.862, 3.217), 64: (1.019, 3.700), 80: (1.049, 3.700),
+           96: (1.084, 3.700)}
+
+
+def drained(p: argparse.Namespace) -> dict[str, Any]:
+    run, window = DRAINED[p.max_concurrency]
+    return {"completed": round(run * 100), "failed": 0, "request_throughput": run,
+            "completion_rate": run * 1.01, "window_completion_rate": window,
+            "mean_ttft_ms": 50.0, "p99_ttft_ms": 80.0, "p99_tpot_ms": 20.0}
+
+
+def test_the_gain_is_counted_inside_the_window_not_over_the_drain(tmp_path: Path) -> None:
+    """The drain after the last send holds fewer and fewer requests; with long answers of
+    varied lengths it is long, and longer the more are in flight: over the whole run, 40 -> 48
+    read as 0.93x (before: saturated at 48, knee 40) where the window shows 1.21x. Counted in
+    the window, the ladder stops where the server is full: knee 64, saturated at 80."""
+    s = sweep_concurrency(args("--concurrencies", ",".join(map(str, DRAINED)), "--out",
+                               str(tmp_path)), drained)
+    assert (s["knee_concurrency"], s["saturation_concurrency"]) == (64, 80)
+    assert [p["achieved_rate"] for p in s["points"]] == [DRAINED[c][1] for c in
+                                                        (16, 24, 32, 40, 48, 56, 64, 80)]
+    assert s["points"][0]["request_throughput"] == 0.393  # kept beside it
+
+
+def test_a_result_without_a_window_falls_back_to_the_runs_throughput(tmp_path: Path
+                                                                      ) -> None:
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        return {k: v for k, v in drained(p).items() if k != "window_completion_rate"}
+
+    s = sweep_concurrency(args("--concurrencies", "16,24", "--out", str(tmp_path)), measure)
+    assert [p["achieved_rate"] for p in s["points"]] == [0.393, 0.480]
