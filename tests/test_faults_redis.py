@@ -2,17 +2,19 @@
 cache is bypassed, and that is counted), the proxy reconnects by itself, entries written before
 the kill are served again afterwards (Redis with an fsync'd append-only file, as deployed), and
 no served answer is ever another question's or a torn one, including entries being written
-at the moment of the kill."""
+at the moment of the kill. Redis hung (SIGSTOP): a request waits one socket timeout, not two."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import pytest
 
 from proxy.settings import Settings
 from tests.support.fake_upstream import FakeVllm
-from tests.support.procs import free_port
+from tests.support.procs import Redis, free_port
 from tests.support.proxy_app import proxy_client
 
 pytestmark = pytest.mark.redis
@@ -151,3 +153,35 @@ async def test_redis_killed_and_restarted(redis_aof: Persistent, mode: str) -> N
         assert new.headers["x-cache"] == "MISS"
         again = await c.post(CHAT, json=ask("a new question after the restart"))
         assert again.headers["x-cache"] == "HIT"
+
+
+@pytest.fixture
+def freeze(redis: Redis) -> Iterator[Callable[[], None]]:
+    """Stops the test's redis-server (SIGSTOP) when called: it still accepts connections but
+    never answers, as a hung Redis does; let go (SIGCONT) at teardown."""
+    assert redis.proc is not None
+    pid = redis.proc.pid
+    yield lambda: os.kill(pid, signal.SIGSTOP)
+    os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_hung_redis_holds_a_burst_for_one_socket_timeout(
+        redis: Redis, freeze: Callable[[], None]) -> None:
+    # found by a review: the store's client retried a command after its socket timeout, so a
+    # hung Redis held every request of a burst for two timeouts (2.0 s) before it went
+    # upstream, not the one timeout (1 s) the store's bypass is built on
+    fake = KeyedFake()
+    s = Settings(upstreams=("http://vllm:8000",), cache="exact", redis_url=redis.url)
+    async with proxy_client(s, transport=fake.transport) as c:
+        warm = await c.post(CHAT, json=ask("before the hang"))
+        assert warm.headers["x-cache"] == "MISS"  # the store is up, and in use
+        freeze()
+        q = "asked by everyone while Redis hangs"
+        started = time.perf_counter()
+        burst = await asyncio.gather(*(c.post(CHAT, json=ask(q, stream=i % 2 == 0))
+                                       for i in range(10)))
+        took = time.perf_counter() - started
+        for r in burst:
+            assert r.status_code == 200 and r.headers["x-cache"] == "BYPASS"
+            assert text_of(r) == expected(q)
+        assert 0.9 < took < 1.6, took  # one socket timeout (1 s), not two

@@ -9,7 +9,9 @@ what the TTL has expired, dropped from the zsets before counting or bounding), `
 Each replica keeps its own FAISS index; `changes()` returns the entries logged since its cursor.
 Any connection error raises StoreUnavailable (the cache is bypassed) and the store stays "down"
 for `retry_after` seconds; then one call tries Redis again while the others keep bypassing, so
-a dead Redis costs one refused connect and a hung one one socket timeout per `retry_after`.
+a dead Redis costs one refused connect and a hung one one socket timeout (1 s) per
+`retry_after`. A command is retried once after a connection error (a connection Redis closed,
+as after its restart), never after a timeout: that retry waited out the socket timeout twice.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from proxy.cache.entry import Entry, better
@@ -36,8 +39,10 @@ class RedisStore:
     def __init__(self, url: str, max_entries: int, ttl: float | None, prefix: str = "vsp",
                  on_evict: Callable[[int], None] | None = None, retry_after: float = 0.5,
                  page: int = 1000) -> None:
+        # retried once on a connection error, never on a timeout (see the module's docstring)
+        retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         self._r: Any = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.5,
-                                 retry=Retry(NoBackoff(), 1))
+                                      retry=retry)
         self.max_entries, self.ttl, self._p = max_entries, ttl, prefix + ":"
         self._removed: list[int] = []
         self._on_evict = on_evict
