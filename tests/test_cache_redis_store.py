@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -155,6 +156,43 @@ async def test_down_raises_unavailable_then_recovers(redis: Redis) -> None:
         assert s.take_reset()  # ... and the replica knows to rebuild its index
         await s.put(entry("b"))
         assert await s.get_exact("b") is not None
+    finally:
+        await s.aclose()
+
+
+async def test_going_down_and_coming_back_are_logged_once_each(
+        redis: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # found by a review: Redis going down or answering again was only counted in
+    # proxy_cache_backend_errors_total, never logged: nothing told an operator when
+    caplog.set_level(logging.INFO, logger="proxy.cache")
+    s = await RedisStore(redis.url, max_entries=10, ttl=None, prefix="t",
+                         retry_after=0.0).open()
+
+    def lines() -> list[tuple[int, str]]:
+        return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "proxy.cache"]
+
+    try:
+        await s.put(entry("a"))
+        assert lines() == []
+        redis.stop()
+        failed = await asyncio.gather(*(s.get_exact("a") for _ in range(5)),
+                                      return_exceptions=True)  # in flight as it went down
+        assert all(isinstance(f, StoreUnavailable) for f in failed)
+        for _ in range(3):  # and each probe after it
+            with pytest.raises(StoreUnavailable):
+                await s.get_exact("a")
+        [(level, message)] = lines()
+        assert level == logging.WARNING and str(failed[0]) in message
+        redis.start()
+        for _ in range(3):
+            await s.put(entry("b"))
+        assert lines()[1:] == [(logging.INFO,
+                                "cache store: Redis answers again; the cache is in use again")]
+        redis.stop()  # a second outage is a second transition
+        with pytest.raises(StoreUnavailable):
+            await s.get_exact("b")
+        assert [level for level, _ in lines()] == [logging.WARNING, logging.INFO,
+                                                   logging.WARNING]
     finally:
         await s.aclose()
 

@@ -12,11 +12,14 @@ for `retry_after` seconds; then one call tries Redis again while the others keep
 a dead Redis costs one refused connect and a hung one one socket timeout (1 s) per
 `retry_after`. A command is retried once after a connection error (a connection Redis closed,
 as after its restart), never after a timeout: that retry waited out the socket timeout twice.
+Going down and answering again are each logged once (a WARNING with the error, an INFO), not
+once a request: `proxy_cache_backend_errors_total` counts the requests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,6 +35,7 @@ from proxy.cache.entry import Entry, better
 from proxy.cache.store import StoreUnavailable
 
 T = TypeVar("T")
+log = logging.getLogger("proxy.cache")
 _PART = 64  # hex chars of a partition digest, in front of the vector bytes
 
 
@@ -67,11 +71,16 @@ class RedisStore:
         try:
             result = await op()
         except (RedisError, OSError) as exc:
+            if self._down_until == 0:  # up until now (calls in flight then fail too: once)
+                log.warning("cache store: Redis failed (%s); the cache is bypassed until it "
+                            "answers again", exc)
             self._down_until = time.monotonic() + self._retry_after
             raise StoreUnavailable(str(exc)) from exc
         finally:
             if probe:
                 self._probing = False
+        if self._down_until > 0:
+            log.info("cache store: Redis answers again; the cache is in use again")
         self._down_until = 0.0
         return result
 
