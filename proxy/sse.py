@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from proxy.types import Completion, Events, Kind
+from proxy.types import Chunks, Completion, Kind
 
 DONE = b"data: [DONE]\n\n"
 _PIECE = re.compile(r"\s*\S+\s*|\s+")
@@ -152,14 +152,15 @@ def pieces_of(text: str) -> list[str]:
 
 
 def replay(kind: Kind, answer: dict[str, Any], include_usage: bool,
-           events: Events | None = None) -> Iterator[bytes]:
+           events: Chunks | None = None) -> Iterator[bytes]:
     """A cached answer as a stream: vLLM's own chunks when it was stored from a stream (new id
-    and created), else chunks shaped as vLLM's (the text re-split at word boundaries: a JSON
-    answer does not say where its tokens were)."""
+    and created; parsed and checked by the lookup, cache/entry.py's `chunks`), else chunks
+    shaped as vLLM's (the text re-split at word boundaries: a JSON answer does not say where
+    its tokens were)."""
     chat = kind == "chat"
     head = replay_head(kind)
     if events is not None:
-        yield from _replayed(head, orjson.loads(events), include_usage)
+        yield from _replayed(head, events, include_usage)
         return
     yield from _synthesized(chat, {**head, "model": answer.get("model")}, answer,
                             include_usage)

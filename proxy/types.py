@@ -50,6 +50,8 @@ class LiveStream(Protocol):
 # of parsed chunks each would be millions of objects for Python's cyclic GC to walk (a full
 # collection took 0.5 s with 1,300 answers of 384 chunks: a stall of every stream in flight).
 Events = bytes
+# A stored stream's chunks parsed, for one replay (cache/entry.py: chunks): a hit's, short-lived.
+Chunks = list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +61,9 @@ class CacheResult:
     similarity: float | None = None
     answer: dict[str, Any] | None = None  # full non-streaming OpenAI body, on a hit
     ticket: object | None = None  # opaque, handed back to store()/abandon() on a miss
-    # on a hit from a streamed answer: vLLM's own chunks (without id/created), replayed as is:
-    # one JSON array in bytes (Events)
-    events: Events | None = None
+    # on a stream's hit from a streamed answer: vLLM's own chunks (without id/created),
+    # parsed and checked by the lookup, replayed as they are
+    events: Chunks | None = None
     live: LiveStream | None = None  # tier "flight": the identical stream in flight to follow
 
 

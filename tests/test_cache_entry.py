@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from proxy.cache.entry import Entry, better, replayable, serve, storable
+import orjson
+import pytest
+
+from proxy.cache.entry import Entry, answered, better, chunks, serve, storable
 from tests.cache_support import answer
 
 
@@ -78,11 +81,42 @@ def test_the_redis_record_keeps_the_events_apart_and_reads_the_old_form() -> Non
     assert plain.to_record() == plain.to_json() and Entry.from_record(plain.to_record()) == plain
 
 
+def stream(pieces: tuple[str, ...], finish: str) -> list[dict[str, object]]:
+    """vLLM's chunks for these pieces (without id/created), as the cache stores them."""
+    return [{"object": "chat.completion.chunk", "model": "tiny", "choices": [
+        {"index": 0, "delta": {"content": p},
+         "finish_reason": finish if n == len(pieces) - 1 else None}]}
+        for n, p in enumerate(pieces)] + [{"choices": [], "usage": {"completion_tokens": 3}}]
+
+
 def test_the_stored_stream_is_replayed_only_for_the_whole_answer() -> None:
     stop = entry("stop", 3, 16, ("a", " b", " c"))
-    stop.events = b"[]"
-    assert replayable(stop, None) == b"[]" and replayable(stop, 3) == b"[]"
-    assert replayable(stop, 2) is None and serve(stop, 2) is not None   # a cut: re-chunked
+    stop.events = orjson.dumps(stream(("a", " b", " c"), "stop"))
+    for limit in (None, 3):
+        got = answered(stop, limit, True)
+        assert got is not None and got[1] == stream(("a", " b", " c"), "stop")
+        json_hit = answered(stop, limit, False)
+        assert json_hit is not None and json_hit[1] is None  # JSON: the answer alone
+    cut_hit = answered(stop, 2, True)
+    assert cut_hit is not None and cut_hit[1] is None  # a cut: re-chunked from the answer
     cut = entry("length", 4, 4, ("a", " b", " c", " d"))
-    cut.events = b"[]"
-    assert replayable(cut, 4) == b"[]" and replayable(cut, 8) is None
+    cut.events = orjson.dumps(stream(("a", " b", " c", " d"), "length"))
+    got = answered(cut, 4, True)
+    assert got is not None and got[1] is not None and answered(cut, 8, True) is None
+
+
+@pytest.mark.parametrize("events", [
+    b"[{", b'{"choices": []}', b"[1]", b'[{"choices": {}}]', b'[{"choices": ["a"]}]',
+    b'[{"choices": [{"delta": "a b c"}]}]', b'[{"choices": [{"delta": {"content": 1}}]}]',
+    b"[]", orjson.dumps(stream(("a", " b", " d"), "stop")),
+    orjson.dumps(stream(("a", " b", " c"), "length"))],
+    ids=["not-json", "not-a-list", "not-objects", "choices-not-a-list", "choice-not-an-object",
+         "delta-not-an-object", "content-not-text", "no-chunks", "other-text",
+         "other-finish"])
+def test_a_stored_stream_that_cannot_be_replayed_is_a_miss_and_replaced(events: bytes) -> None:
+    stop = entry("stop", 3, 16, ("a", " b", " c"))
+    stop.events = events
+    assert chunks(stop) is None and answered(stop, 3, True) is None
+    got = answered(stop, 3, False)  # JSON is served from the answer, which reads well
+    assert got is not None and got[1] is None
+    assert better(entry("length", 4, 4), stop)  # a stop answer is kept, but not this one

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis as RawRedis
@@ -17,8 +18,11 @@ from proxy.cache.entry import Entry
 from proxy.cache.lookup import SemanticCache
 from proxy.cache.redis_store import RedisStore
 from proxy.cache.store import StoreUnavailable
+from proxy.settings import Settings
 from tests.cache_support import answer, chat, completion, embedder, judge
+from tests.support.fake_upstream import FakeVllm
 from tests.support.procs import Redis
+from tests.support.proxy_app import proxy_client
 
 pytestmark = pytest.mark.redis
 
@@ -283,6 +287,71 @@ async def test_a_corrupt_or_foreign_entry_is_a_miss_then_replaced(redis: Redis,
     finally:
         await raw.aclose()
         await cache.aclose()
+
+
+def streamed(r: Any) -> tuple[str, bool]:
+    """A streamed answer's text, and whether it ended with [DONE]."""
+    events = [e[6:] for e in r.text.split("\n\n") if e.startswith("data: ")]
+    text = "".join((ch.get("delta") or {}).get("content") or ""
+                   for e in events if e != "[DONE]" for ch in orjson.loads(e)["choices"])
+    return text, events[-1:] == ["[DONE]"]
+
+
+async def quiet(c: Any) -> None:
+    """Until the cache has nothing in flight: a stream's store runs on after its response."""
+    deadline = time.monotonic() + 10
+    while (await c.get("/admin/cache/stats", headers=ADMIN)).json()["in_flight"]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+
+
+ADMIN = {"Authorization": "Bearer admin-key"}
+ANOTHER = orjson.dumps([{"object": "chat.completion.chunk", "model": "tiny", "choices": [
+    {"index": 0, "delta": {"role": "assistant", "content": " another answer"},
+     "finish_reason": "stop"}]}])
+
+
+@pytest.mark.parametrize("chunks", [
+    b'[{"choices": [', b'{"choices": []}', b"[1, 2]", b'[{"choices": 5}]',
+    b'[{"choices": [7]}]', b'[{"choices": [{"index": 0, "delta": " w0"}]}]',
+    b'[{"choices": [{"index": 0, "delta": {"content": 5}}]}]', b"[]", ANOTHER],
+    ids=["not-json", "not-a-list", "not-objects", "choices-not-a-list", "choice-not-an-object",
+         "delta-not-an-object", "content-not-text", "empty", "another-answer"])
+async def test_a_corrupt_stored_stream_is_a_miss_then_replaced(redis: Redis,
+                                                                chunks: bytes) -> None:
+    # found by a review: the stored chunks were not checked when read, so a corrupt or
+    # foreign chunk list failed mid-replay after the status line (a broken stream), or was
+    # replayed as this question's answer; and the stop answer's head kept it from being
+    # replaced by the next store
+    fake = FakeVllm(finish="stop")  # a stop answer is kept over any later one (entry.better)
+    s = Settings(upstreams=("http://vllm:8000",), cache="exact", redis_url=redis.url,
+                 admin_key="admin-key")
+    raw = RawRedis.from_url(redis.url)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Name the planets."}],
+            "max_tokens": 4, "stream": True}
+    try:
+        async with proxy_client(s, transport=fake.transport) as c:
+            first = await c.post("/v1/chat/completions", json=body)
+            assert first.headers["x-cache"] == "MISS"
+            answer_text, done = streamed(first)
+            assert done and answer_text == " w0 w1 w2 w3"
+            await quiet(c)
+            [key] = await raw.keys("*:e:*")
+            head, _, stored = (await raw.get(key)).partition(b"\n")
+            assert orjson.loads(stored)  # the stream was stored with the answer
+            await raw.set(key, head + b"\n" + chunks)
+            calls = len(fake.completions())
+            again = await c.post("/v1/chat/completions", json=body)
+            assert again.status_code == 200 and again.headers["x-cache"] == "MISS"
+            assert streamed(again) == (answer_text, True)
+            assert len(fake.completions()) == calls + 1  # answered by the upstream
+            await quiet(c)
+            hit = await c.post("/v1/chat/completions", json=body)
+            assert (hit.headers["x-cache"], hit.headers["x-cache-tier"]) == ("HIT", "exact")
+            assert streamed(hit) == (answer_text, True)
+            assert len(fake.completions()) == calls + 1
+    finally:
+        await raw.aclose()
 
 
 @pytest.mark.parametrize("pointer", [b"abc", b"", b"1.5"], ids=["letters", "empty", "float"])

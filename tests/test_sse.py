@@ -46,11 +46,11 @@ def test_a_streamed_replay_is_the_stored_stream():
         {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop", "stop_reason": None}]},
               {"object": "chat.completion.chunk", "model": "m", "choices": [],
                "usage": {"completion_tokens": 1}, "system_fingerprint": "fp"})
-    with_usage = parse(replay("chat", ANSWER, True, orjson.dumps(events)))
+    with_usage = parse(replay("chat", ANSWER, True, list(events)))
     assert [{k: v for k, v in c.items() if k not in ("id", "created")}
             for c in with_usage] == list(events)
     assert len({c["id"] for c in with_usage}) == 1
-    without = parse(replay("chat", ANSWER, False, orjson.dumps(events)))
+    without = parse(replay("chat", ANSWER, False, list(events)))
     assert len(without) == 1 and without[0]["system_fingerprint"] == "fp"
 
 

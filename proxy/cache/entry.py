@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from proxy.types import Events, TextCounter
+from proxy.types import Chunks, Events, TextCounter
 
 
 @dataclass(slots=True)
@@ -126,10 +126,63 @@ def synthesizable(answer: dict[str, Any]) -> bool:
         value for key, value in message.items() if key not in ("role", "content"))
 
 
-def servable(answer: dict[str, Any] | None, events: Events | None, streams: bool) -> bool:
-    """A hit for this request: JSON is served as stored; a stream needs the stored chunks, or
-    an answer a stream can be made from."""
-    return answer is not None and (not streams or events is not None or synthesizable(answer))
+def answered(entry: Entry, max_tokens: int | None, streams: bool,
+             count: TextCounter | None = None) -> tuple[dict[str, Any], Chunks | None] | None:
+    """A hit's answer body for a request with this `max_tokens` and, for a stream that gets
+    the whole answer, the stored chunks to replay (None: the stream is made from the answer,
+    which must allow it); None when the entry does not answer the request exactly, or when a
+    stream's stored chunks cannot be replayed (`chunks`: a miss, and the fresh answer then
+    replaces the entry, `better`)."""
+    answer = serve(entry, max_tokens, count)
+    if answer is None or not streams:
+        return None if answer is None else (answer, None)
+    if entry.events is None or not whole(entry, max_tokens):
+        return (answer, None) if synthesizable(answer) else None
+    replay = chunks(entry)
+    return None if replay is None else (answer, replay)
+
+
+def chunks(entry: Entry) -> Chunks | None:
+    """The entry's stored stream, parsed for a replay; None when this version cannot replay
+    it: not a list of chunk objects with lists of choice objects, text that is not text, or
+    chunks that do not say the answer's text and finish (a corrupted record, or another
+    version's or program's under the Redis prefix). Such chunks were replayed unchecked: they
+    failed mid-stream after the status line, or streamed another answer (found by a review).
+    Checked where a replay parses them anyway, not on every read of the entry."""
+    try:
+        parsed = orjson.loads(entry.events) if entry.events is not None else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, list):
+        return None
+    chat = entry.kind == "chat"
+    texts: list[str] = []
+    finish: Any = None
+    for chunk in parsed:
+        choices = chunk.get("choices", []) if isinstance(chunk, dict) else None
+        if not isinstance(choices, list):
+            return None
+        for choice in choices:
+            holder = (choice.get("delta") or {}) if chat and isinstance(choice, dict) else choice
+            if not isinstance(holder, dict):
+                return None
+            text = holder.get("content" if chat else "text")
+            if text is not None and not isinstance(text, str):
+                return None
+            texts.append(text or "")
+            finish = choice.get("finish_reason") or finish
+    said = (finish, "".join(texts)) == (entry.finish_reason, _text(entry.answer))
+    return parsed if said else None
+
+
+def _text(answer: dict[str, Any]) -> Any:
+    """The text of the answer's (first) choice; None for a shape vLLM never answers."""
+    choices = answer.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        return None
+    message = choice.get("message")
+    return message.get("content") if isinstance(message, dict) else choice.get("text")
 
 
 def _set_text(answer: dict[str, Any], text: str) -> None:
@@ -143,7 +196,7 @@ def _set_text(answer: dict[str, Any], text: str) -> None:
 def serve(entry: Entry, max_tokens: int | None,
           count: TextCounter | None = None) -> dict[str, Any] | None:
     """The answer body for a request with this `max_tokens`, or None when not exactly right.
-    (A whole answer may also be replayed from `entry.events`: see `replayable`.)"""
+    (A whole answer may also be replayed from `entry.events`: see `answered`.)"""
     used = entry.completion_tokens
     if used is None:
         return None
@@ -173,7 +226,10 @@ def serve(entry: Entry, max_tokens: int | None,
 
 
 def better(new: Entry, old: Entry) -> bool:
-    """Whether `new` should replace `old` under the same exact key."""
+    """Whether `new` should replace `old` under the same exact key: always when `old`'s stored
+    stream cannot be replayed (`chunks`: its stop answer kept it in place for good)."""
+    if old.events is not None and chunks(old) is None:
+        return True
     if old.finish_reason == "stop":
         return False
     if new.finish_reason == "stop":
@@ -188,9 +244,3 @@ def whole(entry: Entry, max_tokens: int | None) -> bool:
     return used is not None and (
         (reason == "stop" and (max_tokens is None or max_tokens >= used))
         or (reason == "length" and max_tokens == entry.max_tokens))
-
-
-def replayable(entry: Entry, max_tokens: int | None) -> Events | None:
-    """vLLM's own stream chunks, when the request gets the entry's whole answer."""
-    return entry.events if whole(entry, max_tokens) else None
-

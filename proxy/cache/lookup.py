@@ -22,7 +22,7 @@ from typing import Any
 from proxy.cache.claims import Claims, NoClaims
 from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, Vector
-from proxy.cache.entry import Entry, replayable, servable, serve, storable
+from proxy.cache.entry import Entry, answered, storable
 from proxy.cache.flight import Flight
 from proxy.cache.index import VectorIndex
 from proxy.cache.judge import Judge
@@ -173,10 +173,9 @@ class SemanticCache:
                     ) -> tuple[CacheResult | None, Vector | None]:
         entry = await self.db.get_exact(keys.exact)
         if entry is not None and entry.exact == keys.exact and entry.partition == keys.partition:
-            answer = serve(entry, keys.max_tokens, self.count)
-            events = replayable(entry, keys.max_tokens)
-            if answer is not None and servable(answer, events, streams):
-                return CacheResult("hit", "exact", 1.0, answer, events=events), None
+            hit = answered(entry, keys.max_tokens, streams, self.count)
+            if hit is not None:
+                return CacheResult("hit", "exact", 1.0, hit[0], events=hit[1]), None
         if (self.cfg.mode != "semantic" or self.embedder is None or keys.text is None
                 or exact_only):
             return None, None
@@ -204,12 +203,11 @@ class SemanticCache:
             else:
                 pending.append((sim, cand))
         for sim, cand in await self._judged(keys.text, pending):
-            answer = serve(cand, keys.max_tokens, self.count)
-            events = replayable(cand, keys.max_tokens)
-            if answer is not None and servable(answer, events, streams):
+            hit = answered(cand, keys.max_tokens, streams, self.count)
+            if hit is not None:
                 self.metrics.similarity.labels("hit").observe(sim)
-                return CacheResult("hit", "semantic", round(sim, 4), answer,
-                                   events=events), vector
+                return CacheResult("hit", "semantic", round(sim, 4), hit[0],
+                                   events=hit[1]), vector
         if best is not None:
             self.metrics.similarity.labels("miss").observe(best)
         return None, vector

@@ -13,7 +13,8 @@ Answers are deterministic: the text is "w0 w1 w2 ..." up to max_tokens (default 
 `fail_with` (status, body) answers every completion with that error; `connect_error` refuses
 the listed base URLs; `read_timeout` makes completions time out (served: never answer);
 `stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
-completions until it is set; `pause` (n, event) holds each stream after n events until set.
+completions until it is set; `pause` (n, event) holds each stream after n events until set;
+`finish` is every answer's finish_reason ("length", as max_tokens ends the fake's answers).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class FakeVllm:
     stream_error_after: int | None = None  # events before the stream breaks
     gate: asyncio.Event | None = None  # completions wait for it (to hold requests in flight)
     pause: tuple[int, asyncio.Event] | None = None  # streams stop after n events until set
+    finish: str = "length"
 
     @property
     def transport(self) -> FakeTransport:
@@ -195,8 +197,8 @@ class FakeVllm:
         text = "".join(words)
         choice: dict[str, Any] = (
             {"index": 0, "message": {"role": "assistant", "content": text},
-             "finish_reason": "length"} if chat
-            else {"index": 0, "text": text, "finish_reason": "length"})
+             "finish_reason": self.finish} if chat
+            else {"index": 0, "text": text, "finish_reason": self.finish})
         return {"id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
                 "created": int(time.time()), "model": self.model, "choices": [choice],
                 "usage": {"prompt_tokens": 5, "completion_tokens": len(words),
@@ -212,7 +214,7 @@ class FakeVllm:
                                                                        "content": ""},
                                                 "finish_reason": None}]})
         for i, w in enumerate(words):
-            last = "length" if i == len(words) - 1 else None
+            last = self.finish if i == len(words) - 1 else None
             events.append({**head, "choices": [
                 {"index": 0, "delta": {"content": w}, "finish_reason": last} if chat
                 else {"index": 0, "text": w, "finish_reason": last}]})
