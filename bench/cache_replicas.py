@@ -33,6 +33,7 @@ from redis.asyncio import Redis
 from bench import lean, procs
 from deploy.net import free_port
 from loadtest.workload import WORDS
+from proxy.cache.config import REDIS_FORMAT
 
 PAIRS = procs.REPO / "tests" / "data" / "cache_pairs.jsonl"
 
@@ -58,7 +59,7 @@ def stats(r: lean.RunResult, want: str) -> dict[str, Any]:
 
 async def entries(redis: Redis) -> int:
     n = 0
-    async for _ in redis.scan_iter(match="vsp:e:*", count=1000):
+    async for _ in redis.scan_iter(match=f"vsp:{REDIS_FORMAT}:e:*", count=1000):
         n += 1
     return n
 

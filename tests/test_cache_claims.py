@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from proxy.cache import open_cache
-from proxy.cache.config import CacheConfig
+from proxy.cache.config import REDIS_FORMAT, CacheConfig
 from proxy.cache.lookup import SemanticCache
 from proxy.cache.redis_claims import RedisClaims
 from tests.cache_support import chat, completion
@@ -172,7 +172,7 @@ async def test_a_leader_cancelled_mid_claim_frees_the_flight_at_once(
     # found by a review: a leader whose client left while its claim (SET NX) was on its way
     # kept the flight claimed in Redis with nobody to release it, and the other replicas'
     # identical requests waited for its TTL (10 s) before going upstream themselves
-    relay = HeldReply(redis, b"claims:f:")
+    relay = HeldReply(redis, f"claims:{REDIS_FORMAT}:f:".encode())
     async with relay.url() as through_relay:
         one = await open_cache(registry=CollectorRegistry(), config=CacheConfig(
             mode="exact", redis_url=through_relay, namespace="claims"))

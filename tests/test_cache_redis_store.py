@@ -13,8 +13,9 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis as RawRedis
 
 from proxy.cache import open_cache
-from proxy.cache.config import CacheConfig
+from proxy.cache.config import REDIS_FORMAT, CacheConfig
 from proxy.cache.entry import Entry
+from proxy.cache.keys import request_keys
 from proxy.cache.lookup import SemanticCache
 from proxy.cache.redis_store import RedisStore
 from proxy.cache.store import StoreUnavailable
@@ -25,6 +26,7 @@ from tests.support.procs import Redis
 from tests.support.proxy_app import proxy_client
 
 pytestmark = pytest.mark.redis
+T, REP = (f"{prefix}:{REDIS_FORMAT}:" for prefix in ("t", "rep"))  # the tests' stores' keys
 
 
 def entry(exact: str, namespace: str = "tiny", finish: str = "stop") -> Entry:
@@ -82,7 +84,7 @@ async def test_ttl(redis: Redis) -> None:
         await s.put(entry("b"))
         assert await s.count() == 1  # "a" expired: not counted, and its id goes to the index
         assert 1 in s.take_removed()
-        assert [await s._r.zcard(f"t:{z}") for z in ("lru", "born", "log")] == [1, 1, 1]
+        assert [await s._r.zcard(f"{T}{z}") for z in ("lru", "born", "log")] == [1, 1, 1]
     finally:
         await s.aclose()
 
@@ -106,10 +108,10 @@ async def test_a_flush_reuses_no_id_and_leaves_other_keys(store: RedisStore,
 
     raw = Client.from_url(redis.url)
     try:
-        await raw.set("t:x:stale", 1)  # as if written for id 1 while the flush was running
+        await raw.set(T + "x:stale", 1)  # as if written for id 1 while the flush was running
         await raw.set("t:lim:key:r", "3")
         assert await store.flush() == 1
-        await raw.set("t:x:stale", 1)
+        await raw.set(T + "x:stale", 1)
         second = await store.put(entry("b"))
         assert first is not None and second is not None and second.id > first.id
         assert await store.get_exact("stale") is None
@@ -274,7 +276,7 @@ async def test_a_corrupt_or_foreign_entry_is_a_miss_then_replaced(redis: Redis,
         q = "How do I reverse a list in Python?"
         first = await cache.lookup(chat(q))
         await cache.store(first.ticket, completion("reversed(xs)"))
-        [key] = await raw.keys("rep:e:*")
+        [key] = await raw.keys(REP + "e:*")
         await raw.set(key, record)
         miss = await cache.lookup(chat(q))
         assert miss.status == "miss"
@@ -363,7 +365,7 @@ async def test_a_corrupt_exact_pointer_is_a_miss_then_replaced(redis: Redis,
         q = "How do I reverse a list in Python?"
         first = await cache.lookup(chat(q, exact_only=True))
         await cache.store(first.ticket, completion("reversed(xs)"))
-        [key] = await raw.keys("rep:x:*")
+        [key] = await raw.keys(REP + "x:*")
         await raw.set(key, pointer)
         miss = await cache.lookup(chat(q, exact_only=True))
         assert miss.status == "miss"
@@ -385,14 +387,47 @@ async def test_a_vector_this_index_cannot_take_is_skipped(redis: Redis, vector: 
     cache = await replica(redis, CollectorRegistry())
     raw = RawRedis.from_url(redis.url)
     try:
-        await raw.set("rep:v:999", vector)
-        await raw.zadd("rep:log", {"999": 999})
+        await raw.set(REP + "v:999", vector)
+        await raw.zadd(REP + "log", {"999": 999})
         q = "How do I reverse a list in Python?"
         miss = await cache.lookup(chat(q))
         assert miss.status == "miss"
         await cache.store(miss.ticket, completion("reversed(xs)"))
         sem = await cache.lookup(chat("What's the way to reverse a Python list?"))
         assert (sem.status, sem.tier) == ("hit", "semantic")
+    finally:
+        await raw.aclose()
+        await cache.aclose()
+
+
+@pytest.mark.parametrize("other", ["", "v3:"], ids=["before-the-version", "a-later-format"])
+async def test_an_entry_of_another_format_is_not_found(redis: Redis, other: str) -> None:
+    # found by a review: the keys carried no format version, so after an upgrade that changes
+    # the entry format the new code would read, and serve, the entries the old code wrote
+    q = "How do I reverse a list in Python?"
+    keys = request_keys("chat", chat(q).body, "", "none")  # as the exact-only cache keys it
+    old = Entry(exact=keys.exact, partition=keys.partition, namespace=keys.namespace,
+                kind="chat", text=None, max_tokens=keys.max_tokens,
+                answer=answer("an answer of another format"), id=1)
+    p = f"old:{other}"
+    raw = RawRedis.from_url(redis.url)
+    await raw.set(p + "seq", 1)
+    await raw.set(p + "e:1", old.to_record())
+    await raw.set(p + "x:" + keys.exact, 1)
+    await raw.zadd(p + "lru", {"1": time.time()})
+    cache = await open_cache(registry=CollectorRegistry(), config=CacheConfig(
+        mode="exact", redis_url=redis.url, namespace="old"))
+    assert cache is not None
+    try:
+        miss = await cache.lookup(chat(q))
+        assert miss.status == "miss"
+        await cache.store(miss.ticket, completion("xs[::-1]"))
+        hit = await cache.lookup(chat(q))
+        assert hit.status == "hit" and hit.answer is not None
+        assert hit.answer["choices"][0]["message"]["content"] == "xs[::-1]"
+        assert await cache.db.count() == 1
+        assert await raw.get(p + "e:1") == old.to_record()  # the other format's: untouched
+        assert await raw.get(p + "x:" + keys.exact) == b"1"
     finally:
         await raw.aclose()
         await cache.aclose()
@@ -407,13 +442,13 @@ async def test_entries_past_their_ttl_leave_the_namespace_set(redis: Redis) -> N
         for name in "abc":
             await s.put(entry(name))
         deadline = time.monotonic() + 10
-        while await s._r.exists("t:e:1", "t:e:2", "t:e:3"):  # Redis expires them
+        while await s._r.exists(*(f"{T}e:{i}" for i in (1, 2, 3))):  # Redis expires them
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         d = await s.put(entry("d"))
         assert d is not None
         assert await s.count() == 1
-        assert await s._r.smembers("t:ns:tiny") == {str(d.id).encode()}
+        assert await s._r.smembers(T + "ns:tiny") == {str(d.id).encode()}
         assert await s.flush("tiny") == 1
     finally:
         await s.aclose()

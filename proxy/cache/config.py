@@ -23,6 +23,11 @@ def model_dir(name: str | None) -> Path:
         raise ValueError(f"PROXY_CACHE_JUDGE_MODEL must be one of {sorted(JUDGES)} or a "
                          f"directory with a judge.json, not {name!r}")
     return path
+# The format of the cache's keys and records in Redis, in every key it writes there:
+# `{PROXY_CACHE_REDIS_PREFIX}:{REDIS_FORMAT}:…` (redis_store.py, redis_claims.py). Bump it with
+# any change a replica of the previous format could not read: each format then finds only its
+# own entries, never another's (docs/cache.md). v1: the keys before they carried it.
+REDIS_FORMAT = "v2"
 EMBED_BACKENDS = ("onnx", "torch")
 # the cache's settings read from the environment alone (the rest are also in proxy.settings)
 ENV_ONLY = ("PROXY_CACHE_EMBED_BACKEND", "PROXY_CACHE_EMBED_MODEL", "PROXY_CACHE_EMBED_THREADS",

@@ -1,14 +1,15 @@
 """Flight claims in Redis, for several proxy replicas sharing one cache (see claims.py).
 
-A claim is `SET {prefix}:f:{flight} <owner> NX PX ttl`; the owner refreshes it every ttl/3 while
-its upstream call runs, so a replica that dies mid-flight frees the flight within ttl. Release
-deletes the key only if this replica still owns it (a Lua check-and-delete) and publishes
-`{prefix}:fdone:{flight}`. A caller cancelled mid-claim (its client left while the SET was on
-its way: it may land all the same) or mid-release still frees the flight at once: the SET and
-the release run in tasks of their own that the cancellation does not reach. Waiters listen on
-one pattern subscription per replica and also check every `check_s` that the key still exists
-(a lost message or a dead owner cannot hold them). Any Redis error means: lead (claim) or stop
-waiting (settled).
+A claim is `SET {prefix}:{REDIS_FORMAT}:f:{flight} <owner> NX PX ttl` (config.py: replicas of
+another format neither wait for nor release this one's claims); the owner refreshes it every
+ttl/3 while its upstream call runs, so a replica that dies mid-flight frees the flight within
+ttl. Release deletes the key only if this replica still owns it (a Lua check-and-delete) and
+publishes `{prefix}:{REDIS_FORMAT}:fdone:{flight}`. A caller cancelled mid-claim (its client
+left while the SET was on its way: it may land all the same) or mid-release still frees the
+flight at once: the SET and the release run in tasks of their own that the cancellation does not
+reach. Waiters listen on one pattern subscription per replica and also check every `check_s`
+that the key still exists (a lost message or a dead owner cannot hold them). Any Redis error
+means: lead (claim) or stop waiting (settled).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from proxy.cache.config import REDIS_FORMAT
+
 _RELEASE = ("if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end "
             "return redis.call('publish', KEYS[2], '1')")
 _REFRESH = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
@@ -33,7 +36,7 @@ class RedisClaims:
     def __init__(self, url: str, prefix: str = "vsp", ttl_s: float = 10.0,
                  check_s: float = 2.0) -> None:
         self._r: Any = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.5)
-        self._p = prefix + ":"
+        self._p = f"{prefix}:{REDIS_FORMAT}:"
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._check_s = check_s
         self._owner = uuid.uuid4().hex

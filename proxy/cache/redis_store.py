@@ -1,6 +1,7 @@
 """Redis as the shared store for several proxy replicas (redis.asyncio).
 
-Keys under `{prefix}:`: `seq` (id counter), `e:{id}` (entry JSON, no vector), `v:{id}`
+Keys under `{prefix}:{REDIS_FORMAT}:` (config.py: another format's entries are not found):
+`seq` (id counter), `e:{id}` (entry JSON, no vector), `v:{id}`
 (partition + float32 vector), `x:{exact}` (id), all with the TTL; `log` (zset id->id, what
 replicas catch up on), `lru` (zset id->last use, the size bound), `born` (zset id->write time:
 what the TTL has expired, dropped from the zsets before counting or bounding), `ns:{namespace}`
@@ -31,6 +32,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from proxy.cache.config import REDIS_FORMAT
 from proxy.cache.entry import Entry, better
 from proxy.cache.store import StoreUnavailable
 
@@ -47,7 +49,7 @@ class RedisStore:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         self._r: Any = Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.5,
                                       retry=retry)
-        self.max_entries, self.ttl, self._p = max_entries, ttl, prefix + ":"
+        self.max_entries, self.ttl, self._p = max_entries, ttl, f"{prefix}:{REDIS_FORMAT}:"
         self._removed: list[int] = []
         self._on_evict = on_evict
         self._retry_after, self._page = retry_after, page
@@ -234,7 +236,7 @@ class RedisStore:
             async for key in self._r.scan_iter(match=self._p + "*", count=1000):
                 name = key[len(self._p):]
                 if not (name.startswith(_FLUSHED) or name in _FLUSHED_KEYS):
-                    continue  # `seq` (ids are never reused) and other users' keys (limits)
+                    continue  # `seq` (ids are never reused)
                 count += name.startswith(b"e:")
                 await self._r.unlink(key)
             self._epoch, self._cursor = None, 0
@@ -275,8 +277,8 @@ def _entry(raw: bytes) -> Entry | None:
 
 
 # What a whole flush deletes: the entries and their indexes. Not `seq`: a reused id would let
-# an `x:` pointer written during the flush name another question's entry; not the shared
-# per-key limits, which live under the same prefix (`lim:`).
+# an `x:` pointer written during the flush name another question's entry. (The shared per-key
+# limits, under `{prefix}:lim:`, are outside this format's keys: the scan never sees them.)
 _FLUSHED = (b"e:", b"v:", b"x:", b"ns:")
 _FLUSHED_KEYS = (b"log", b"lru", b"born", b"epoch", b"namespaces")
 
