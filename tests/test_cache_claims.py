@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis as RawRedis
 
 from proxy.cache import open_cache
 from proxy.cache.config import REDIS_FORMAT, CacheConfig
@@ -91,7 +92,7 @@ async def test_a_dead_owner_frees_its_flight_within_the_ttl(redis: Redis) -> Non
     async with two(redis, "dead", 0.6, 0.1) as (a, b):
         assert await a.claim("f1")
         assert not await b.claim("f1")
-        a._keepers.pop("f1").cancel()  # the owner dies: no refresh, no release
+        a._keepers.pop("f1")[1].cancel()  # the owner dies: no refresh, no release
         start = time.monotonic()
         await b.settled("f1", 10)
         assert time.monotonic() - start < 3
@@ -194,6 +195,44 @@ async def test_a_leader_cancelled_mid_claim_frees_the_flight_at_once(
         finally:
             await one.aclose()
             await two.aclose()
+
+
+async def test_a_stale_release_leaves_a_newer_claim_of_the_same_replica(redis: Redis) -> None:
+    # found by a review: the owner token was the replica's, not the claim's, so a release that
+    # came late (here a cancelled claimer's, once its SET's reply came) deleted the flight's
+    # newer claim by another request of the same replica, and woke the other replicas'
+    # waiters: they went upstream beside it
+    key = f"race:{REDIS_FORMAT}:f:f"
+    relay = HeldReply(redis, key.encode())
+    raw = RawRedis.from_url(redis.url)
+    async with relay.url() as through_relay:
+        a = RedisClaims(through_relay, "race", ttl_s=0.3)
+        b = RedisClaims(redis.url, "race")
+        try:
+            first = asyncio.create_task(a.claim("f"))
+            await relay.ran.wait()  # the first claim is in Redis; its reply is held
+            first.cancel()  # its client left: it releases once the reply comes
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            deadline = time.monotonic() + 10
+            while await raw.exists(key):  # the first claim expires (0.3 s) ...
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            assert await a.claim("f")  # ... and another request of replica a claims it
+            assert not await b.claim("f")
+            waiter = asyncio.create_task(b.settled("f", 10))
+            assert await still_waiting(waiter)
+            relay.let_go.set()  # the first claim's reply: its release runs now
+            await asyncio.wait_for(asyncio.gather(*a._unclaiming), 5)
+            assert await raw.exists(key)  # the newer claim is still there ...
+            assert await still_waiting(waiter)  # ... and its waiters were not woken
+            await a.release("f")
+            await asyncio.wait_for(waiter, 5)
+            assert not await raw.exists(key)
+        finally:
+            await a.aclose()
+            await b.aclose()
+            await raw.aclose()
 
 
 async def test_redis_down_means_lead_and_no_wait() -> None:
