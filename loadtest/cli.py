@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time")
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "arrival_ttft")
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,8 @@ HEADERS = {"ttft": ("TTFT", "Time to First Token"),
            "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
            "itl": ("ITL", "Inter-token Latency"),
            "e2el": ("E2EL", "End-to-end Latency"),
-           "client_queue_time": ("Client Queue Time", "Client-side Queueing")}
+           "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
+           "arrival_ttft": ("TTFT from arrival", "TTFT from Scheduled Arrival")}
 
 
 def row(label: str, value: Any) -> str:
@@ -44,6 +45,11 @@ def block(res: dict[str, Any], percentile_metrics: Sequence[str],
     win = res.get("windows")
     if win:  # the stats below are the steady window's; ramp-up and drain apart
         add("Steady window (s):", float(win["steady_s"]))
+    if res.get("scheduled_in_window") is not None:
+        unsent = res["scheduled_in_window"] - res["completed"] - res["failed"]
+        if unsent > 0:  # a capped client fell behind: load offered, never sent
+            add("Scheduled in window, never sent:", unsent)
+    if win:
         add("Ramp-up requests (apart):", win["ramp"]["completed"] + win["ramp"]["failed"])
         add("Drain requests (apart):", win["drain"]["completed"] + win["drain"]["failed"])
     add("Total input tokens:", res["total_input_tokens"])
@@ -64,6 +70,9 @@ def block(res: dict[str, Any], percentile_metrics: Sequence[str],
         add(f"Median {short} (ms):", float(res[f"median_{m}_ms"]))
         for p in percentiles:
             add(f"P{p_word(p)} {short} (ms):", float(res[f"p{p_word(p)}_{m}_ms"]))
+    if res.get("errors"):
+        out.append(section("Errors (commonest first)"))
+        out += [row(f"{n} x", msg[:80]) for msg, n in res["errors"].items()]
     out += cache_rows(res) + server_rows(res) + selfcheck_rows(res)
     out.append("=" * 50)
     return "\n".join(out)

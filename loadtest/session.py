@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import orjson
 
-from loadtest import cachestats, ci, report, stats, workers, workload
+from loadtest import cachestats, ci, report, schedule, stats, workers, workload
 from loadtest.client import Client, ClientConfig
 from loadtest.metrics_scrape import Scraper, referee
 from loadtest.request import WorkloadConfig
@@ -177,11 +177,16 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
     if a.duration is not None and not out.interrupted:  # answered inside the window
         res["window_completion_rate"] = stats.window_completion_rate(
             out.results, out.t0, ramp_s, max(ramp_s, a.duration - drain_s))
+        if not math.isinf(a.request_rate):  # the offered load, sent or not
+            res["scheduled_in_window"] = stats.due_in(
+                schedule.offsets(a.request_rate, a.burstiness, a.seed, a.num_prompts),
+                ramp_s, max(ramp_s, a.duration - drain_s))
     if p.run.max_concurrency:
         res.update(stats.queue_stats(out.results, p.percentiles))
     # the same window as the headline; every answer is a reference for judging its hits
     res["cache"] = cachestats.cache_summary(results, reference=out.results)
     res["by_cache"] = cachestats.split(results, span, p.percentiles)
+    res["errors"] = stats.error_counts(out.results)
     res["selfcheck"] = out.selfcheck.summary()
     if a.save_detailed:
         res.update(stats.detail_lists(out.results))

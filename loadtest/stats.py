@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -137,8 +137,33 @@ def detail_lists(results: Sequence[Result]) -> dict[str, Any]:
 
 
 def queue_stats(results: Sequence[Result], percentiles: Sequence[float]) -> dict[str, float]:
-    q = [r.queue_time for r in results if r.success]
-    return distribution("client_queue_time", q, percentiles)
+    """The wait for a --max-concurrency slot, and TTFT counted from the request's scheduled
+    arrival (the wait included): what a user arriving on that schedule waits for a first token,
+    where TTFT alone starts when the capped client finally sends."""
+    ok = [r for r in results if r.success]
+    return {**distribution("client_queue_time", [r.queue_time for r in ok], percentiles),
+            **distribution("arrival_ttft", [r.queue_time + r.ttft for r in ok], percentiles)}
+
+
+def error_counts(results: Sequence[Result], top: int = 10) -> dict[str, int]:
+    """The failed requests' errors, the commonest first (status and message), at most `top`."""
+    counts: dict[str, int] = {}
+    for r in results:
+        if not r.success:
+            key = (f"{r.status} {r.error}" if r.status else r.error).strip()[:300] or "unknown"
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:top])
+
+
+def due_in(offsets: Iterable[float], start: float, end: float) -> int:
+    """How many arrivals of a schedule fall in [start, end): the load offered to a window,
+    whether or not a capped client managed to send them before the run ended."""
+    n = 0
+    for o in offsets:
+        if o >= end:
+            break
+        n += o >= start
+    return n
 
 
 def windows(results: Sequence[Result], t0: float, duration: float, ramp_s: float,

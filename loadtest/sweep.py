@@ -4,9 +4,13 @@ bisection for the highest rate that meets the SLO: the goodput rate.
 Each point is an open-loop run (Poisson arrivals at the offered rate for --point-duration s,
 then a drain). A point is saturated when the server no longer keeps up: it answered
 (completions per second over the span of its completions) less than 90 % of the offered rate,
-or its mean TTFT grew past 3x the lightest point's (requests queue). "Offered" is what was
-actually sent in the window (Poisson counts vary around the nominal rate), so a short point is
-not called saturated for drawing few arrivals. Without an
+or its mean TTFT grew past 3x the lightest point's (requests queue). "Offered" is what the
+schedule put in the window (Poisson counts vary around the nominal rate, so a short point is
+not called saturated for drawing few arrivals), counted whether or not a --max-concurrency
+client managed to send it; a point that fell behind meets no SLO, and its TTFT counts from
+each request's scheduled arrival (the wait for a client slot is a wait for the first token all
+the same: until 2026-11-28 a capped client hid a growing queue, and a saturated server "met"
+a TTFT SLO at any rate). Without an
 SLO the ladder stops at the first saturated point; the knee is the last rate before it. With
 one, a point whose TTFT grew but still meets the SLO does not stop it (queueing that the SLO
 allows is still goodput): the ladder goes on until a point misses the SLO or falls behind the
@@ -127,13 +131,27 @@ def check_args(a: argparse.Namespace) -> list[str]:
     return errors
 
 
+def slo_value(res: dict[str, Any], key: str) -> Any:
+    """A TTFT percentile counts from the scheduled arrival where the result has it (a request
+    that waited for a --max-concurrency slot waited in front of the server all the same)."""
+    if key.endswith("_ttft_ms") and res.get(arrival := key.replace("_ttft_", "_arrival_ttft_"))\
+            is not None:
+        return res[arrival]
+    return res.get(key)
+
+
 def meets(res: dict[str, Any], slo: dict[str, float]) -> bool:
     return res.get("completed", 0) > 0 and not res.get("failed") and all(
-        res.get(k) is not None and float(res[k]) <= ms for k, ms in slo.items())
+        (v := slo_value(res, k)) is not None and float(v) <= ms for k, ms in slo.items())
 
 
 def sent_rate(res: dict[str, Any], window: float) -> float:
-    return float(res.get("completed", 0) + res.get("failed", 0)) / window
+    """The rate offered to the window: its scheduled arrivals where the result counts them
+    (a capped client may not send them all before the run ends), else what was sent."""
+    due = res.get("scheduled_in_window")
+    if due is None:
+        due = res.get("completed", 0) + res.get("failed", 0)
+    return float(due) / window
 
 
 def behind(res: dict[str, Any], offered: float) -> bool:
@@ -210,7 +228,9 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
               "completion_rate": res.get("completion_rate"),
               "mean_ttft_ms": res.get("mean_ttft_ms"),
               "saturated": saturated(res, sent, base), "behind": behind(res, sent),
-              "meets_slo": meets(res, slo),
+              # a point that fell behind its offered rate meets no SLO: its queue grows (in the
+              # client, under --max-concurrency, where TTFT does not see it)
+              "meets_slo": meets(res, slo) and not behind(res, sent),
               **{k: res.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
                                          "output_throughput", "completed", "failed")}}
         points.append(pt)

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -151,3 +152,21 @@ def test_window_completion_rate_counts_the_answers_inside_the_window() -> None:
     d = stats.summarize(rs, duration=9.9, percentiles=[99])
     assert d["request_throughput"] == pytest.approx(10 / 9.9)
     assert d["completion_rate"] == pytest.approx(10 / 9.4)
+
+
+def test_offered_load_errors_and_ttft_from_arrival() -> None:
+    from loadtest import schedule
+    from loadtest.client import Result
+    from loadtest.stats import due_in, error_counts, queue_stats
+
+    offs = list(itertools.islice(schedule.offsets(50.0, 1.0, 3, None), 2000))
+    assert due_in(iter(offs), 2.0, 10.0) == sum(2.0 <= o < 10.0 for o in offs)
+    assert 300 < due_in(iter(offs), 2.0, 10.0) < 500
+    rs = [Result(0, success=True, ttft=0.1, queue_time=2.0),
+          Result(1, success=False, status=502, error="upstream went away"),
+          Result(2, success=False, status=502, error="upstream went away"),
+          Result(3, success=False, error="timeout")]
+    assert error_counts(rs) == {"502 upstream went away": 2, "timeout": 1}
+    q = queue_stats(rs, [99])
+    assert q["p99_client_queue_time_ms"] == pytest.approx(2000)
+    assert q["p99_arrival_ttft_ms"] == pytest.approx(2100)

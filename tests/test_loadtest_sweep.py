@@ -208,3 +208,25 @@ def test_bad_ladders_and_slos_are_refused(extra, message, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["sweep", "--target", "http://x", *extra])
     assert message in capsys.readouterr().err
+
+
+def test_a_capped_client_that_falls_behind_meets_no_slo(tmp_path) -> None:
+    """Mock capacity 36 req/s; a client capped at 4 in flight. At 80 req/s the server never
+    queues more than 4, so TTFT from the send stays short while the client's own queue grows:
+    until 2026-11-28 the point "met" a TTFT SLO (and a goodput of 81 req/s was reported for a
+    GPU server that answered 36). The offered rate is now the schedule's, sent or not, and TTFT
+    counts from the scheduled arrival."""
+    with mock_server("--ttft-ms", "20", "--itl-ms", "5", "--output-tokens", "8",
+                     "--max-batch", "2") as url:
+        assert main(["sweep", "--target", url, "--model", "mock", "--rates", "8,80",
+                     "--point-duration", "3", "--output-len", "8", "--max-concurrency", "4",
+                     "--slo", "ttft_p99:500", "--bisect-steps", "0", "--no-progress",
+                     "--no-scrape", "--out", str(tmp_path)]) == 0
+    s = json.loads((tmp_path / "sweep.json").read_text())
+    low, high = sorted(s["points"], key=lambda p: p["offered_rate"])
+    assert low["meets_slo"] and not high["meets_slo"]
+    assert high["behind"] and high["sent_rate"] > 60  # the schedule's rate, not the sends'
+    res = json.loads(next(tmp_path.glob("point-02-*.json")).read_text())
+    assert res["scheduled_in_window"] > res["completed"] + res["failed"]
+    assert res["p99_arrival_ttft_ms"] > 500 >= res["p99_ttft_ms"]
+    assert s["goodput_rate"] == 8
