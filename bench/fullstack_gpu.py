@@ -36,7 +36,9 @@ from typing import Any
 
 from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
-from loadtest.sweep import bracketed, meets, parse_slo
+from loadtest.schedule import offsets
+from loadtest.stats import due_in
+from loadtest.sweep import behind, parse_slo, sent_rate, slo_value
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
@@ -78,22 +80,56 @@ def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
     return {}
 
 
-def unfinished(folder: Path, slo: dict[str, float]) -> dict[str, Any] | None:
-    """A sweep cut before its sweep.json (a device budget ran out): its goodput from the points
-    it finished, by the sweep's own rule (the highest rate that met the SLO; bracketed when a
-    higher one missed). Knee and saturation need the whole ladder: not given."""
-    points = [{"offered_rate": float(res["request_rate"]), "meets_slo": meets(res, slo)}
-              for res in (json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json")))]
+def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
+    """A point by the sweep's rule of 2026-11-28 (behind the schedule: missed; TTFT from the
+    scheduled arrival), also for points measured before it: their scheduled arrivals are
+    recounted from the seeded schedule, and TTFT from arrival is bounded by TTFT and the client
+    queue's p99s (at least the larger, at most the sum). None: the bounds straddle the SLO."""
+    win = res.get("windows") or {}
+    steady, ramp = float(win.get("steady_s") or 0), float(win.get("ramp_s") or 0)
+    due = res.get("scheduled_in_window")
+    if due is None and steady and res.get("request_rate") not in (None, "inf"):
+        due = due_in(offsets(float(res["request_rate"]), float(res.get("burstiness") or 1.0),
+                             int(res.get("seed") or 0), None), ramp, ramp + steady)
+    if due is not None and steady:
+        res = {**res, "scheduled_in_window": due}
+    if not res.get("completed") or res.get("failed") or (
+            steady and behind(res, sent_rate(res, steady))):
+        return False
+    verdict: bool | None = True
+    for key, ms in slo.items():
+        value = slo_value(res, key)
+        if value is None:
+            return False
+        if key.endswith("_ttft_ms") and slo_value(res, key) is res.get(key):  # no arrival key
+            queue = float(res.get(key.replace("_ttft_", "_client_queue_time_")) or 0.0)
+            low, high = max(float(value), queue), float(value) + queue
+            if low > ms:
+                return False
+            if high > ms:
+                verdict = None
+        elif float(value) > ms:
+            return False
+    return verdict
+
+
+def rejudged(folder: Path, slo: dict[str, float]) -> dict[str, Any] | None:
+    """A sweep's goodput by `judged`: the highest rate that met the SLO, bounded when a higher
+    rate missed it; `undecided` lists the rates whose verdict the old points cannot give."""
+    points = [(float(res["request_rate"]), judged(res, slo)) for res in (
+        json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json")))]
     if not points or not slo:
         return None
-    best = max((p["offered_rate"] for p in points if p["meets_slo"]), default=None)
-    return {"goodput_rate": best, "knee_rate": None, "saturation_rate": None,
-            "goodput_bounded": bracketed(points, best)}
+    best = max((r for r, ok in points if ok), default=None)
+    return {"goodput_rate": best, "goodput_bounded": any(
+        ok is False and (best is None or r > best) for r, ok in points),
+        "undecided": sorted(r for r, ok in points if ok is None)}
 
 
 def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
-    """Every sweep: ratio, target, profile (folders without one: `baseline`); a sweep without
-    its sweep.json is read from its points and marked unfinished."""
+    """Every sweep: ratio, target, profile (folders without one: `baseline`), its goodput
+    re-judged from its points by the current rule (`rejudged`); a sweep without its sweep.json
+    (cut by a device budget) is read from its points alone and marked unfinished."""
     found = []
     for folder in sorted(f for f in results.glob("r*-*") if f.is_dir()):
         m = FOLDER.fullmatch(folder.name)  # r0.6-direct, r0.6-fullstack-tuned.2
@@ -101,17 +137,18 @@ def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
             continue
         ratio, target, profile, repeat = m.group("ratio", "target", "profile", "repeat")
         profile = (profile or "baseline") + (f" #{repeat}" if repeat else "")
+        judged_row = rejudged(folder, parse_slo(slo))
         if (folder / "sweep.json").exists():
             s = json.loads((folder / "sweep.json").read_text())
-            # bounded: some rate tried missed the SLO (sweeps before the flag: from the points)
             row = {k: s.get(k) for k in ("goodput_rate", "knee_rate", "saturation_rate")}
             row["goodput_bounded"] = s.get("goodput_bounded", any(
                 not p["meets_slo"] for p in s.get("points", [])))
+            row.update(judged_row or {})
+        elif judged_row is not None:
+            row = {"knee_rate": None, "saturation_rate": None, **judged_row}
+            profile += " (unfinished)"
         else:
-            cut = unfinished(folder, parse_slo(slo))
-            if cut is None:
-                continue
-            row, profile = cut, profile + " (unfinished)"
+            continue
         found.append({"ratio": ratio, "target": target, "profile": profile, **row,
                       "cache": point_cache(folder, row["goodput_rate"])})
     return found
@@ -125,14 +162,16 @@ def report(a: argparse.Namespace) -> str:
     lines = [f"SLO {a.slo}; goodput = the highest offered rate (req/s) whose "
              f"{a.point_s:g} s window met it (≥: no rate tried missed the SLO, a lower bound); "
              "ratio = full stack / vLLM alone", "",
-             "| repeat ratio | target | vLLM profile | goodput req/s | knee req/s | saturated at | "
-             "hit rate at goodput | wrong cached answers |", "|---|---|---|---|---|---|---|---|"]
+             "| repeat ratio | target | vLLM profile | goodput req/s | undecided rates | "
+             "knee req/s | saturated at | hit rate at goodput | wrong cached answers |",
+             "|---|---|---|---|---|---|---|---|---|"]
     rows = sweeps(a.results, a.slo)
     for r in rows:
         cache = r["cache"]
         hit = f"{cache['hit_share']:.2f}" if "hit_share" in cache else "–"
+        undecided = ", ".join(f"{x:g}" for x in r.get("undecided") or []) or "–"
         lines.append(f"| {r['ratio']} | {r['target']} | {r['profile']} | {goodput(r)} | "
-                     f"{r['knee_rate']} | {r['saturation_rate']} | {hit} | "
+                     f"{undecided} | {r['knee_rate']} | {r['saturation_rate']} | {hit} | "
                      f"{cache.get('wrong_cached_answers', '–')} |")
     lines += ["", "| repeat ratio | full stack (profile) | vLLM alone (profile) | goodput ratio |",
               "|---|---|---|---|"]
