@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -302,10 +303,10 @@ def run(a: argparse.Namespace, profiles: list[str]) -> None:
             print(f"ratio {ratio:g}: {order[0]} on GPU 0, {order[1]} on GPU 1 in "
                   f"{time.monotonic() - t0:.0f} s", flush=True)
     finally:
-        for px in proxies:
-            px.stop()
-        for v in backends:
-            v.stop()
+        for proc in (*proxies, *backends):
+            proc.stop()
+            # the servers' own logs beside the results (a failed request's cause is there)
+            shutil.copy(proc.log_path, a.results / proc.log_path.name)
 
 
 if __name__ == "__main__":

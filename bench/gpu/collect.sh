@@ -18,6 +18,6 @@ for p in pathlib.Path(sys.argv[1]).rglob("*.requests.jsonl"):
         "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode()))
     p.unlink()
 PY
-find "$SRC" -name 'vllm-*.log' -exec gzip -f {} \;
+find "$SRC" \( -name 'vllm-*.log' -o -name 'proxy-*.log' \) -exec gzip -f {} \;
 tar -C "$(dirname "$SRC")" -cf "$OUT/$NAME.tar" "$(basename "$SRC")"
 ls -la "$OUT"
