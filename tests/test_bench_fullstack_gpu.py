@@ -8,17 +8,29 @@ from bench.fullstack_gpu import report
 
 
 def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True, profile=None):
+    """A finished sweep: goodput / 1.5 and goodput met the SLO, goodput x 1.5 missed it (only
+    when `bounded`; None: an old sweep.json without the flag)."""
     folder = tmp_path / (f"r{ratio}-{target}" + (f"-{profile}" if profile else ""))
     folder.mkdir()
     (folder / "sweep.json").write_text(json.dumps(
         {"goodput_rate": goodput, "knee_rate": goodput * 1.5, "saturation_rate": goodput * 2.25,
          "points": [{"meets_slo": bounded is None}] if bounded is None else [],
          **({} if bounded is None else {"goodput_bounded": bounded})}))
-    for i, rate in enumerate((goodput / 1.5, goodput, goodput * 1.5)):
+    rates = (goodput / 1.5, goodput) + ((goodput * 1.5,) if bounded else ())
+    for i, rate in enumerate(rates):
         cache = {} if hit_share is None else {"hit_share": hit_share + i / 100,
                                               "wrong_cached_answers": 0}
-        (folder / f"point-{i + 1:02d}-{rate:g}.json").write_text(
-            json.dumps({"request_rate": rate, "cache": cache}))
+        (folder / f"point-{i + 1:02d}-{rate:g}.json").write_text(json.dumps(
+            {"request_rate": rate, "cache": cache, **measured(rate, rate <= goodput)}))
+
+
+def measured(rate, met, queue_p99=0.0, answered=None):
+    """A point's numbers: 30 s window after 5 s, the scheduled arrivals, TTFT p99 in or out."""
+    return {"request_rate": rate, "completed": int(rate * 30), "failed": 0,
+            "windows": {"steady_s": 30.0, "ramp_s": 5.0},
+            "scheduled_in_window": int(rate * 30), "completion_rate": answered or rate,
+            "p99_ttft_ms": 100.0 if met else 5000.0, "p99_tpot_ms": 10.0,
+            "p99_client_queue_time_ms": queue_p99}
 
 
 def test_goodput_ratio_and_the_hit_rate_at_the_goodput_point(tmp_path):
@@ -27,7 +39,7 @@ def test_goodput_ratio_and_the_hit_rate_at_the_goodput_point(tmp_path):
     write(tmp_path, "0.6", "direct", 18.0)  # its full-stack sweep never finished
     a = argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0)
     text = report(a)
-    assert "| 0.3 | fullstack | baseline | 27.0 | 40.5 | 60.75 | 0.30 | 0 |" in text
+    assert "| 0.3 | fullstack | baseline | 27.0 | – | 40.5 | 60.75 | 0.30 | 0 |" in text
     assert "| 0.3 | 27.0 (baseline) | 20.0 (baseline) | **1.35×** |" in text
     assert "| 0.6 | direct | baseline | 18.0 |" in text and "| 0.6 | 18.0" not in text
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -90,7 +102,7 @@ def test_a_sweep_cut_before_its_summary_is_read_from_its_points(tmp_path):
     text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000,tpot_p99:50",
                                      point_s=30.0))
     # 112.5 failed two requests: missed; 90 is the highest met, bracketed by 112.5 and 135
-    assert "| 0.6 | fullstack | tuned #2 (unfinished) | 90.0 | None | None | 0.60 | 0 |" in text
+    assert "| 0.6 | fullstack | tuned #2 (unfinished) | 90.0 | – | None | None | 0.60 | 0 |" in text
     assert "| 0.6 | 90.0 (tuned #2 (unfinished)) | 40.0 (baseline) | **2.25×** |" in text
     assert "other" not in text
 
@@ -115,3 +127,27 @@ def test_the_sweep_command_is_one_the_load_tester_accepts_with_and_without_a_dat
         assert args.workload == "repeat" and args.repeat_ratio == 0.6
         assert (args.dataset_path, args.endpoint) == (
             (str(data), "completions") if dataset else (None, "chat"))
+
+
+def test_points_are_judged_by_the_current_rule_even_when_measured_before_it():
+    from bench.fullstack_gpu import judged
+    from loadtest import schedule
+    from loadtest.stats import due_in
+
+    slo = {"p99_ttft_ms": 1000.0, "p99_tpot_ms": 50.0}
+    assert judged(measured(40.0, True), slo) is True
+    # a capped client: TTFT from the send is short, the schedule's arrivals were not answered
+    assert judged(measured(80.0, True, answered=45.0), slo) is False
+    # measured before scheduled_in_window: recounted from the point's seeded schedule
+    old = {**measured(80.0, True, answered=45.0), "seed": 3, "burstiness": 1.0}
+    del old["scheduled_in_window"]
+    old["completed"] = 45 * 30
+    assert due_in(schedule.offsets(80.0, 1.0, 3, None), 5.0, 35.0) > 2000
+    assert judged(old, slo) is False
+    # before the arrival metric: TTFT from arrival lies between max(ttft, queue) and their sum
+    assert judged(measured(40.0, True, queue_p99=2000.0), slo) is False
+    assert judged(measured(40.0, True, queue_p99=950.0), slo) is None
+    assert judged(measured(40.0, True, queue_p99=5.0), slo) is True
+    assert judged({**measured(40.0, True, queue_p99=950.0), "p99_arrival_ttft_ms": 990.0},
+                  slo) is True
+    assert judged({**measured(40.0, True), "failed": 1}, slo) is False
