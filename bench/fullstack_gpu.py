@@ -39,7 +39,7 @@ from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
 from loadtest.schedule import offsets
 from loadtest.stats import due_in
-from loadtest.sweep import behind, parse_slo, sent_rate, slo_value
+from loadtest.sweep import UNSENT_MAX, parse_slo, slo_value, unsent
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
@@ -82,10 +82,11 @@ def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
 
 
 def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
-    """A point by the sweep's rule of 2026-11-28 (behind the schedule: missed; TTFT from the
-    scheduled arrival), also for points measured before it: their scheduled arrivals are
-    recounted from the seeded schedule, and TTFT from arrival is bounded by TTFT and the client
-    queue's p99s (at least the larger, at most the sum). None: the bounds straddle the SLO."""
+    """A point by the sweep's rule of 2026-11-28 (over 1 % of the window's arrivals unsent:
+    missed; TTFT from the scheduled arrival), also for points measured before it: their
+    scheduled arrivals are recounted from the seeded schedule, and TTFT from arrival is bounded
+    by the TTFT and client-queue p99s (at least the larger, at most the sum). None: the bounds
+    straddle the SLO."""
     win = res.get("windows") or {}
     steady, ramp = float(win.get("steady_s") or 0), float(win.get("ramp_s") or 0)
     due = res.get("scheduled_in_window")
@@ -94,8 +95,8 @@ def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
                              int(res.get("seed") or 0), None), ramp, ramp + steady)
     if due is not None and steady:
         res = {**res, "scheduled_in_window": due}
-    if not res.get("completed") or res.get("failed") or (
-            steady and behind(res, sent_rate(res, steady))):
+    if not res.get("completed") or res.get("failed") or unsent(res) > UNSENT_MAX * float(
+            res.get("scheduled_in_window") or 0):
         return False
     verdict: bool | None = True
     for key, ms in slo.items():

@@ -136,8 +136,9 @@ def test_points_are_judged_by_the_current_rule_even_when_measured_before_it():
 
     slo = {"p99_ttft_ms": 1000.0, "p99_tpot_ms": 50.0}
     assert judged(measured(40.0, True), slo) is True
-    # a capped client: TTFT from the send is short, the schedule's arrivals were not answered
-    assert judged(measured(80.0, True, answered=45.0), slo) is False
+    # a capped client: TTFT from the send is short, most of the schedule's arrivals never sent
+    assert judged({**measured(80.0, True), "completed": 45 * 30}, slo) is False
+    assert judged({**measured(80.0, True), "completed": 80 * 30 - 20}, slo) is True  # < 1 %
     # measured before scheduled_in_window: recounted from the point's seeded schedule
     old = {**measured(80.0, True, answered=45.0), "seed": 3, "burstiness": 1.0}
     del old["scheduled_in_window"]
