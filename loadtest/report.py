@@ -70,9 +70,9 @@ def block(res: dict[str, Any], percentile_metrics: Sequence[str],
         add(f"Median {short} (ms):", float(res[f"median_{m}_ms"]))
         for p in percentiles:
             add(f"P{p_word(p)} {short} (ms):", float(res[f"p{p_word(p)}_{m}_ms"]))
-    if res.get("errors"):
+    if res.get("error_counts"):
         out.append(section("Errors (commonest first)"))
-        out += [row(f"{n} x", msg[:80]) for msg, n in res["errors"].items()]
+        out += [row(f"{n} x", msg[:80]) for msg, n in res["error_counts"].items()]
     out += cache_rows(res) + server_rows(res) + selfcheck_rows(res)
     out.append("=" * 50)
     return "\n".join(out)

@@ -52,3 +52,24 @@ def test_row_names_and_order_are_vllms():
         "Peak concurrent requests:", "Total token throughput (tok/s):"]
     assert [theirs.index(r) for r in standard[:12]] == sorted(theirs.index(r)
                                                                 for r in standard[:12])
+
+
+def test_a_detailed_result_prints_its_error_counts():
+    """--save-detailed adds vLLM's per-request `errors` list; the failed requests' counts by
+    message live apart (`error_counts`). Before, the list replaced the counts under one key and
+    printing the block raised AttributeError ('list' has no 'items') on every detailed run."""
+    from loadtest import session
+    from loadtest.cli import parser
+    from loadtest.runner import RunOutput
+
+    a = parser().parse_args(["run", "--target", "http://x", "--num-prompts", "3",
+                             "--save-detailed"])
+    t0 = 100.0
+    rs = [Result(0, success=True, start=t0, ttft=0.05, latency=0.09, output_tokens=5),
+          Result(1, status=502, error="HTTP 502: upstream went away", start=t0 + 0.1),
+          Result(2, status=502, error="HTTP 502: upstream went away", start=t0 + 0.2)]
+    res = session.result_dict(a, "http://x", "mock", session.plan(a), RunOutput(rs, 1.0, t0))
+    text = report.block(res, ["ttft"], [99])
+    assert "2 x" in text and "upstream went away" in text
+    assert res["errors"] == ["", "HTTP 502: upstream went away", "HTTP 502: upstream went away"]
+    assert res["error_counts"] == {"502 HTTP 502: upstream went away": 2}
