@@ -132,3 +132,35 @@ def test_a_duration_run_lasts_its_duration_when_the_last_arrival_is_early():
     assert len(out.results) == 2 and all(r.success for r in out.results)
     assert out.duration >= 1.0
     assert stats.summarize(out.results, out.duration)["request_throughput"] <= 2.0
+
+
+def test_ttft_from_arrival_is_the_steady_windows_like_the_ttft_it_stands_for():
+    """A sweep judges a TTFT SLO on TTFT from arrival in place of TTFT: both must describe the
+    same requests, the steady window's. Here the ramp-up's requests waited 3 s for a slot (the
+    server's start) and the window's none: before, the arrival percentiles ran over every
+    request of the run (ramp-up and drain too), p99 3.1 s against a steady TTFT p99 of 0.1 s,
+    and a point that met the SLO in its window missed it."""
+    import itertools
+
+    from loadtest import schedule, session, sweep
+    from loadtest.cli import parser
+    from loadtest.client import Result
+    from loadtest.runner import RunOutput
+
+    a = parser().parse_args(["run", "--target", "http://x", "--duration", "12",
+                             "--request-rate", "10", "--max-concurrency", "50",
+                             "--warmup-seconds", "2", "--cooldown-seconds", "1"])
+    t0 = 100.0
+    offs = list(itertools.takewhile(lambda o: o < 12.0, schedule.offsets(10.0, 1.0, 0)))
+    results = [Result(i, success=True, start=t0 + o + (3.0 if o < 2.0 else 0.0),
+                      scheduled=t0 + o, queue_time=3.0 if o < 2.0 else 0.0, ttft=0.1,
+                      latency=0.2, output_tokens=2, prompt_tokens=8)
+               for i, o in enumerate(offs)]
+    res = session.result_dict(a, "http://x", "mock", session.plan(a),
+                              RunOutput(results, 12.0, t0))
+    assert res["windows"]["ramp"]["completed"] > 10
+    assert res["completed"] == res["scheduled_in_window"] > 60
+    assert res["p99_ttft_ms"] == pytest.approx(100.0)
+    assert res["p99_arrival_ttft_ms"] == pytest.approx(100.0)
+    assert res["p99_client_queue_time_ms"] == pytest.approx(0.0)
+    assert sweep.meets(res, {"p99_ttft_ms": 500.0})
