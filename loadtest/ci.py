@@ -15,8 +15,10 @@ HEADLINE = ("request_throughput", "request_goodput", "output_throughput",
             "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
             "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
             "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")
-# counted over every run (a failure in any run is a failure of the merged result)
-TOTALS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "duration")
+# counted over every run (a failure in any run is a failure of the merged result); the
+# scheduled arrivals too, which the report and the sweep set against completed + failed
+TOTALS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "duration",
+          "scheduled_in_window")
 # two-sided 95 %: the 0.975 quantile of Student's t for 1..30 degrees of freedom
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -69,8 +71,16 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     "repeats" and each run's own headline numbers under "runs"."""
     reps = summarize(runs)
     out = {**runs[0], **{k: v["mean"] for k, v in reps.items()}}
-    out.update({k: sum(r[k] for r in runs) for k in TOTALS
-                if all(isinstance(r.get(k), int | float) for r in runs)})
+    for k in TOTALS:
+        if all(isinstance(r.get(k), int | float) for r in runs):
+            out[k] = sum(r[k] for r in runs)
+        else:  # not counted in every run (one cut short by Ctrl-C): no total to give
+            out.pop(k, None)
+    errors: dict[str, int] = {}
+    for r in runs:
+        for msg, n in (r.get("error_counts") or {}).items():
+            errors[msg] = errors.get(msg, 0) + n
+    out["error_counts"] = dict(sorted(errors.items(), key=lambda kv: -kv[1]))
     out["repeats"] = reps
     out["runs"] = [{k: r.get(k) for k in HEADLINE} for r in runs]
     out["selfcheck"] = {**runs[0]["selfcheck"], "warnings": sorted(

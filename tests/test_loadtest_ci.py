@@ -62,3 +62,27 @@ def test_merged_repeats_count_every_runs_requests() -> None:
     assert m["total_output_tokens"] == 300 and m["duration"] == pytest.approx(3.0)
     assert m["request_goodput"] == pytest.approx(8.0)
     assert m["total_token_throughput"] == pytest.approx(208.0)
+
+
+def test_merged_repeats_count_every_runs_scheduled_arrivals_and_errors() -> None:
+    """Two --duration runs of 100 scheduled arrivals each; a capped client left 10 of the
+    second's unsent, and it failed 2 with a 502. The merged counts are sums, so the scheduled
+    arrivals and the errors must be too (before: the first run's 100 arrivals against 190
+    requests sent, so 'never sent' read -90 and was not printed, and its errors were the first
+    run's: none)."""
+    from loadtest.report import block
+
+    runs = [{**run(10.0, 50.0), "completed": c, "failed": f, "scheduled_in_window": 100,
+             "error_counts": e, "total_input_tokens": 0, "total_output_tokens": 0,
+             "duration": 10.0, "output_throughput": 0.0, "max_output_tokens_per_s": 0.0,
+             "max_concurrent_requests": 0, "total_token_throughput": 0.0}
+            for c, f, e in ((100, 0, {}), (88, 2, {"502 HTTP 502: bad gateway": 2}))]
+    m = ci.merge(runs)
+    assert m["scheduled_in_window"] == 200 and m["completed"] + m["failed"] == 190
+    assert m["error_counts"] == {"502 HTTP 502: bad gateway": 2}
+    text = block({**m, "selfcheck": None}, [], [99])
+    assert "Scheduled in window, never sent:" in text and "bad gateway" in text
+    # a run cut short by Ctrl-C counts no arrivals: the merged result claims none
+    cut = {**runs[1], "interrupted": True}
+    del cut["scheduled_in_window"]
+    assert "scheduled_in_window" not in ci.merge([runs[0], cut])
