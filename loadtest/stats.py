@@ -155,14 +155,23 @@ def error_counts(results: Sequence[Result], top: int = 10) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:top])
 
 
+def window_time(seconds: float) -> float:
+    """A time from the run's start as the windows place it: to the microsecond. A request's
+    time is its stamp (t0 + offset) less t0, which is the schedule's offset only up to rounding:
+    an arrival that lands on an edge (deterministic arrivals do) must fall on the same side of
+    it whether the schedule (`due_in`) or the requests (`windows`) are counted."""
+    return round(seconds, 6)
+
+
 def due_in(offsets: Iterable[float], start: float, end: float) -> int:
     """How many arrivals of a schedule fall in [start, end): the load offered to a window,
     whether or not a capped client managed to send them before the run ended."""
     n = 0
     for o in offsets:
-        if o >= end:
+        at = window_time(o)
+        if at >= end:
             break
-        n += o >= start
+        n += at >= start
     return n
 
 
@@ -176,6 +185,6 @@ def windows(results: Sequence[Result], t0: float, duration: float, ramp_s: float
     ramp: list[Result] = []
     drain: list[Result] = []
     for r in results:
-        at = r.scheduled - t0 if r.scheduled else r.start - t0
+        at = window_time((r.scheduled if r.scheduled else r.start) - t0)
         (ramp if at < ramp_s else steady if at < end else drain).append(r)
     return steady, end - ramp_s, {"ramp": ramp, "drain": drain}

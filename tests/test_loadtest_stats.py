@@ -170,3 +170,29 @@ def test_offered_load_errors_and_ttft_from_arrival() -> None:
     q = queue_stats(rs, [99])
     assert q["p99_client_queue_time_ms"] == pytest.approx(2000)
     assert q["p99_arrival_ttft_ms"] == pytest.approx(2100)
+
+
+def test_the_window_counts_sent_and_scheduled_arrivals_alike_at_its_edges() -> None:
+    """Deterministic arrivals (--burstiness inf) land on the window's edges up to rounding: an
+    offset of 29.999999999999996 was counted as scheduled in a 30 s window (due_in compares the
+    offset) but its request, stamped t0 + offset, read 30.0 s after t0 and fell outside (or
+    the reverse): 81 scheduled, 80 sent and answered, and the sweep called a point that sent
+    every request 'more than 1 % unsent'. Both now place a time by the same microsecond."""
+    from loadtest import schedule, sweep
+    from loadtest.client import Result
+    from loadtest.stats import due_in, windows
+
+    for t0 in (55.5, 3094.4855, 12345.678, 987654.321):
+        for rate, ramp, point in ((2.7, 0.0, 30.0), (3.0, 5.0, 60.0), (9.0, 2.0, 20.0),
+                                  (11.0, 5.0, 60.0), (1.2, 5.0, 30.0), (0.7, 10.0, 30.0)):
+            end = ramp + point
+            offs = list(itertools.takewhile(lambda o, end=end: o < end,
+                                            schedule.offsets(rate, math.inf, 0)))
+            sent = [Result(i, success=True, scheduled=t0 + o, start=t0 + o, ttft=0.01,
+                           latency=0.02, output_tokens=2) for i, o in enumerate(offs)]
+            steady, _, _ = windows(sent, t0, end, ramp, 0.0)
+            due = due_in(iter(offs), ramp, end)
+            assert len(steady) == due, (t0, rate, ramp, point)
+            res = {"scheduled_in_window": due, "completed": len(steady), "failed": 0,
+                   "p99_ttft_ms": 10.0}
+            assert sweep.meets(res, {"p99_ttft_ms": 100.0})
