@@ -154,19 +154,22 @@ def load_custom(path: str) -> list[tuple[str, int | None]]:
     if not p.is_file():
         raise ValueError(f"dataset file not found: {path}")
     rows: list[tuple[str, int | None]] = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e})") from e
-        out = row.get("output_tokens") if isinstance(row, dict) else None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not (
-                out is None or (type(out) is int and out > 0)):
-            raise ValueError(f"{path}:{n}: expected {{\"prompt\": str, \"output_tokens\": "
-                             "int > 0 (optional)}")
-        rows.append((row["prompt"], out))
+    # a line at a time, split at line ends only (str.splitlines also splits at U+2028, U+0085
+    # and others that JSON leaves unescaped inside a string)
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from e
+            out = row.get("output_tokens") if isinstance(row, dict) else None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not (
+                    out is None or (type(out) is int and out > 0)):
+                raise ValueError(f"{path}:{n}: expected {{\"prompt\": str, "
+                                 "\"output_tokens\": int > 0 (optional)}")
+            rows.append((row["prompt"], out))
     if not rows:
         raise ValueError(f"{path} has no prompts")
     return rows

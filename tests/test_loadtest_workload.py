@@ -173,3 +173,14 @@ def test_custom_dataset_errors_name_the_file_and_line(tmp_path):
         workload.stream(WorkloadConfig(name="custom", dataset_path=str(f)), None)
     with pytest.raises(ValueError, match="needs --dataset-path"):
         workload.stream(WorkloadConfig(name="custom"), None)
+
+
+def test_custom_rows_are_split_at_newlines_only(tmp_path):
+    """JSON leaves U+2028, U+2029 and U+0085 unescaped inside strings (json.dumps with
+    ensure_ascii=False, pandas' to_json): a prompt may hold them, as vllm bench serve's
+    line-by-line reader accepts. Before, str.splitlines() cut such a row in two and the file was
+    refused ('not JSON'). CRLF line ends still read."""
+    rows = [{"prompt": "a\u2028b", "output_tokens": 3}, {"prompt": "c\x85d\u2029e"}]
+    f = tmp_path / "wl.jsonl"
+    f.write_bytes("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode())
+    assert workload.load_custom(str(f)) == [("a\u2028b", 3), ("c\x85d\u2029e", None)]
