@@ -121,7 +121,10 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
     model = a.model or first_model(target)
     requests = workload.stream(p.workload, tok)
     conc = p.run.max_concurrency
-    n = workers.resolve(a.workers, p.run.request_rate, conc, p.workload.output_len)
+    # a closed loop for a duration has no schedule to deal out: one process, whatever auto says
+    closed = p.run.num_prompts is None and math.isinf(p.run.request_rate)
+    n = 1 if closed and a.workers == "auto" else workers.resolve(
+        a.workers, p.run.request_rate, conc, p.workload.output_len)
     cfg = client_config(a, target, model)
     client = Client(cfg, conc, tok)
     scraper = Scraper(scrape_urls(a, target))
@@ -134,7 +137,7 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
         await scraper.start()
         if n > 1:
             out, n = await workers.run_workers(requests, rc, cfg, a.tokenizer, n)
-        elif rc.num_prompts is None and math.isinf(rc.request_rate):
+        elif closed:
             out = await run(client, requests, rc)  # closed loop for a duration: no schedule
         else:  # prompts made before the clock starts, not on the loop between sends
             reqs, offs = workers.materialise(requests, rc)

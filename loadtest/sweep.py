@@ -106,6 +106,9 @@ def check_args(a: argparse.Namespace) -> list[str]:
             levels(a.concurrencies)
         except ValueError as e:
             errors.append(str(e))
+        if a.workers not in ("1", "auto"):  # each point a closed loop for a duration
+            errors.append("--concurrencies runs closed loops, which --workers N cannot shard "
+                          "(no schedule to deal out): --workers 1 or auto")
     if not (a.factor > 1 and 0 < a.start_rate < math.inf and a.max_rate < math.inf):
         # (an infinite --max-rate or --factor: a ladder without end)
         return ["--factor must be > 1, --start-rate > 0, --max-rate finite"]

@@ -57,6 +57,10 @@ def test_bad_ladders_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "--target", "http://x", "--concurrencies", "0,1"])
     assert "--concurrencies" in capsys.readouterr().err
+    # every point a closed loop for a duration: before, each died on --workers 2 after starting
+    with pytest.raises(SystemExit):
+        main(["sweep", "--target", "http://x", "--concurrencies", "1,2", "--workers", "2"])
+    assert "cannot shard" in capsys.readouterr().err
 
 
 @pytest.mark.flaky(reruns=2)  # this VM can stall for seconds, inflating a light point

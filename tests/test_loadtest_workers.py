@@ -188,3 +188,20 @@ def test_ctrl_c_of_a_sharded_run_saves_what_finished_and_says_interrupted(tmp_pa
     assert res["interrupted"] is True and res["client_workers"] == 2 and res["completed"] > 20
     rows = out.with_suffix(".requests.jsonl").read_text().splitlines()
     assert len(rows) >= res["completed"]
+
+
+def test_auto_keeps_a_closed_loop_duration_run_in_one_process(tmp_path, monkeypatch):
+    """A closed loop for a duration has no schedule to shard (the CLI refuses --workers N for
+    it), so --workers auto must not pick several processes for it. Before, auto counted ~100
+    chunks/s a slot: 70 slots on 16 cores made 2 workers, and the run (each level of sweep
+    --concurrencies past 60 with --workers auto) died on materialise's ValueError."""
+    from loadtest import workers
+
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 16)
+    out = tmp_path / "c.json"
+    with mock_server("--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "4") as url:
+        assert main(["run", "--target", url, "--model", "mock", "--duration", "1",
+                     "--max-concurrency", "70", "--output-len", "4", "--workers", "auto",
+                     "--no-progress", "--no-scrape", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["client_workers"] == 1 and res["completed"] > 70
