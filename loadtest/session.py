@@ -123,8 +123,7 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
     conc = p.run.max_concurrency
     # a closed loop for a duration has no schedule to deal out: one process, whatever auto says
     closed = p.run.num_prompts is None and math.isinf(p.run.request_rate)
-    n = 1 if closed and a.workers == "auto" else workers.resolve(
-        a.workers, p.run.request_rate, conc, p.workload.output_len)
+    n = 1
     cfg = client_config(a, target, model)
     client = Client(cfg, conc, tok)
     scraper = Scraper(scrape_urls(a, target))
@@ -135,13 +134,19 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
             await warm_up(client, p.run.warmup, conc, first.max_tokens)
             requests = itertools.chain([first], requests)
         await scraper.start()
-        if n > 1:
-            out, n = await workers.run_workers(requests, rc, cfg, a.tokenizer, n)
-        elif closed:
-            out = await run(client, requests, rc)  # closed loop for a duration: no schedule
+        if closed:  # no schedule: prompts made as it goes, in one process
+            if a.workers not in ("1", "auto"):
+                raise ValueError(workers.NO_SCHEDULE)
+            out = await run(client, requests, rc)
         else:  # prompts made before the clock starts, not on the loop between sends
             reqs, offs = workers.materialise(requests, rc)
-            out = await run(client, iter(reqs), rc, when=offs)
+            # auto sizes by the answers' own lengths (a dataset's rows carry theirs)
+            n = workers.resolve(a.workers, rc.request_rate, conc,
+                                workers.mean_output_len(reqs, p.workload.output_len))
+            if n > 1:
+                out, n = await workers.run_workers(reqs, offs, rc, cfg, a.tokenizer, n)
+            else:
+                out = await run(client, iter(reqs), rc, when=offs)
         server = await scraper.stop()
     finally:
         await client.aclose()

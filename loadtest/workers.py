@@ -37,6 +37,8 @@ from loadtest.selfcheck import SelfCheck
 from loadtest.tokens import HFTokenizer
 
 EVENTS_PER_WORKER = 6000.0  # streamed chunks/s one client process keeps up with cleanly
+NO_SCHEDULE = ("--workers > 1 with --duration needs a finite --request-rate "
+               "(a closed-loop duration run has no schedule to shard)")
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,13 @@ class Shard:
     tokenizer: str | None
 
 
-def resolve(spec: str, rate: float, concurrency: int | None, output_len: int,
+def mean_output_len(requests: list[Request], default: int) -> float:
+    """The answers' mean length (max_tokens), what auto counts chunks by: a dataset's rows
+    carry their own, which --output-len does not say."""
+    return sum(r.max_tokens for r in requests) / len(requests) if requests else float(default)
+
+
+def resolve(spec: str, rate: float, concurrency: int | None, output_len: float,
             cores: int | None = None) -> int:
     """`auto`: enough processes for the expected chunk rate (a finite rate times the output
     length; a closed loop: ~100 chunks/s per slot), at most half the cores; else the number."""
@@ -79,8 +87,7 @@ def shards(requests: list[Request], offsets: list[float], cfg: RunConfig, client
 def materialise(requests: Any, cfg: RunConfig) -> tuple[list[Request], list[float]]:
     """The whole schedule up front: --num-prompts arrivals, or those before --duration."""
     if cfg.num_prompts is None and math.isinf(cfg.request_rate):
-        raise ValueError("--workers > 1 with --duration needs a finite --request-rate "
-                         "(a closed-loop duration run has no schedule to shard)")
+        raise ValueError(NO_SCHEDULE)
     reqs: list[Request] = []
     offs: list[float] = []
     for req, off in zip(requests, schedule.offsets(cfg.request_rate, cfg.burstiness, cfg.seed,
@@ -234,10 +241,10 @@ async def run_sharded(parts: list[Shard], cfg: RunConfig, lead_s: float = 0.05) 
     return out
 
 
-async def run_workers(requests: Any, cfg: RunConfig, client: ClientConfig,
-                      tokenizer: str | None, n: int) -> tuple[RunOutput, int]:
-    """The sharded run and how many processes it used (fewer than asked when there are fewer
-    requests or concurrency slots than processes)."""
-    reqs, offs = materialise(requests, cfg)
+async def run_workers(reqs: list[Request], offs: list[float], cfg: RunConfig,
+                      client: ClientConfig, tokenizer: str | None, n: int
+                      ) -> tuple[RunOutput, int]:
+    """The sharded run of a materialised schedule and how many processes it used (fewer than
+    asked when there are fewer requests or concurrency slots than processes)."""
     parts = shards(reqs, offs, cfg, client, tokenizer, n)
     return await run_sharded(parts, cfg), len(parts)

@@ -205,3 +205,35 @@ def test_auto_keeps_a_closed_loop_duration_run_in_one_process(tmp_path, monkeypa
                      "--no-progress", "--no-scrape", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["client_workers"] == 1 and res["completed"] > 70
+
+
+def test_auto_counts_the_chunks_of_the_workloads_own_answer_lengths(tmp_path, monkeypatch):
+    """--workers auto sizes the client by the chunks per second it will stream: the rate times
+    the answers' length. A dataset's rows (custom, repeat over --dataset-path; ShareGPT's
+    answers) carry their own lengths; before, auto read --output-len (32 by default, unused by
+    those rows; 0 for ShareGPT): 100 req/s of 400-token rows (40k chunks/s) ran in one
+    process, where 6k/s is what one keeps up with."""
+    import asyncio
+
+    from loadtest import session, workers
+    from loadtest.cli import parser
+    from loadtest.runner import RunOutput
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"def f{i}(): pass", "output_tokens": 400})
+                            + "\n" for i in range(20)))
+    dealt = []
+
+    async def run_sharded(parts, cfg):
+        dealt.append(parts)
+        return RunOutput([], 1.0, 0.0)
+
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(workers, "run_sharded", run_sharded)
+    for wl in ("custom", "repeat"):
+        a = parser().parse_args(["run", "--target", "http://127.0.0.1:9", "--model", "m",
+                                 "--workload", wl, "--dataset-path", str(data),
+                                 "--request-rate", "100", "--num-prompts", "200",
+                                 "--workers", "auto", "--no-scrape", "--no-progress"])
+        _, res = asyncio.run(session.measure_once(a, a.target, None))
+        assert res["client_workers"] == 7 and len(dealt[-1]) == 7  # ceil(40000 / 6000)
