@@ -149,7 +149,8 @@ UNSENT_MAX = 0.01  # share of the window's scheduled arrivals a point may leave 
 
 def unsent(res: dict[str, Any]) -> int:
     """Arrivals scheduled in the window that a --max-concurrency client never sent before the
-    run ended (their TTFT from arrival is longer than the run: no percentile can include them)."""
+    run stopped sending: each waited through the drain, which `point_args` makes at least as
+    long as a TTFT SLO, so each would have missed it (no percentile can include them)."""
     due = res.get("scheduled_in_window")
     return 0 if due is None else max(0, int(due) - res.get("completed", 0) - res.get("failed", 0))
 
@@ -193,8 +194,12 @@ def point_args(a: argparse.Namespace, rate: float, slo: dict[str, float],
     replays the prompts an earlier one left in it."""
     p = copy.copy(a)
     p.request_rate, p.num_prompts, p.repeats = rate, None, 1
+    # a drain at least as long as a TTFT SLO: a window arrival still waiting for a client slot
+    # when sending stops has waited longer than the SLO (so `unsent` misses only such points)
+    ttft_s = max((ms / 1000 for k, ms in slo.items() if k.endswith("_ttft_ms")), default=0.0)
+    p.cooldown_seconds = max(a.cooldown_seconds, ttft_s)
     # the window measured is --point-duration; a ramp-up and a drain are sent around it
-    p.duration = a.point_duration + a.warmup_seconds + a.cooldown_seconds
+    p.duration = a.point_duration + a.warmup_seconds + p.cooldown_seconds
     p.seed = a.seed + index
     metrics = set(a.percentile_metrics.split(",")) | {k.split("_")[1] for k in slo}
     p.percentile_metrics = ",".join(sorted(metrics))

@@ -20,7 +20,7 @@ def modelled(p: argparse.Namespace) -> dict[str, Any]:
     """A server of capacity CAP: on time below it; beyond it, queues grow with the overload."""
     rate = p.request_rate
     ttft = 20.0 + 100.0 * max(0.0, rate / CAP - 0.5) ** 2
-    sent = int(rate * p.duration)
+    sent = int(rate * p.point_duration)
     return {"completed": sent, "failed": 0, "request_throughput": min(rate, CAP),
             "mean_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft, "p99_tpot_ms": 10.0}
 
@@ -38,7 +38,9 @@ def test_ladder_stops_at_saturation_and_bisects_the_slo(tmp_path) -> None:
     def measure(p: argparse.Namespace) -> dict[str, Any]:
         seen.append(p.request_rate)
         seeds.append(p.seed)
-        assert p.duration == 3.0 and p.num_prompts is None
+        # a drain as long as the TTFT SLO (0.1 s) after the 3 s window
+        assert p.duration == pytest.approx(3.1) and p.cooldown_seconds == pytest.approx(0.1)
+        assert p.num_prompts is None
         return modelled(p)
 
     a = args("--start-rate", "5", "--point-duration", "3", "--slo", "ttft_p99:100",
@@ -140,7 +142,7 @@ def test_a_ramp_up_is_sent_around_the_window_and_not_counted_in_the_rate(tmp_pat
 def queueing(p: argparse.Namespace) -> dict[str, Any]:
     """Keeps up with every rate tried, but its TTFT grows with the load (requests queue)."""
     ttft = 10.0 + p.request_rate ** 2 / 10
-    return {"completed": int(p.request_rate * p.duration), "failed": 0,
+    return {"completed": int(p.request_rate * p.point_duration), "failed": 0,
             "request_throughput": p.request_rate, "mean_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft,
             "p99_tpot_ms": 10.0}
 
