@@ -115,3 +115,72 @@ async def test_a_stream_cut_before_done_fails() -> None:
     assert not r.success and "[DONE]" in r.error
     r = await send([(0.0, e) for e in [*events, *sse(b"[DONE]")]])  # the same, ended: a success
     assert r.success and r.output_tokens == 2
+
+
+class _KeepAliveServer(asyncio.Protocol):
+    """A server with uvicorn's 5 s keep-alive (vLLM's, the proxy's), on a clock the test
+    moves: a request that arrives on a connection idle for 5 s crossed the server's close of
+    it (uvicorn closes it then), so it is dropped unanswered, as the race drops it."""
+
+    KEEP_ALIVE = 5.0
+    ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+              b"transfer-encoding: chunked\r\n\r\n")
+
+    def __init__(self, clock: Callable[[], float], connections: list[int]) -> None:
+        self.clock, self.connections = clock, connections
+        self.idle_since: float | None = None
+        self.buf = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.connections.append(1)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        head, sep, rest = self.buf.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        if not sep or len(rest) < length:
+            return
+        self.buf = rest[length:]
+        if self.idle_since is not None and self.clock() - self.idle_since >= self.KEEP_ALIVE:
+            self.transport.close()
+            return
+        body = b"".join(sse(chunk(" a"), chunk(content="", finish="length"), b"[DONE]"))
+        self.transport.write(self.ANSWER + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        self.idle_since = self.clock()
+
+
+async def test_no_request_is_sent_on_a_connection_the_servers_keep_alive_is_closing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found on a proxy + Redis stack with a pool of warm connections (answers from the
+    cache leave connections idle): aiohttp's default keeps an idle connection for 15 s, so
+    the client reused connections that uvicorn (vLLM, the proxy) closes after 5 s idle, and
+    the close crossed the request: 2 of 3,750 requests failed with 'Server disconnected' in
+    each of two runs (1 of 3,750 against a bare uvicorn), none with connections kept 4 s. A
+    saturated server leaves no connection idle, so only the faster target lost requests to it,
+    and one failed request decides a sweep point. The client now lets go of a connection
+    before the server's keep-alive can close it."""
+    now = [0.0]
+    monkeypatch.setattr("aiohttp.connector.monotonic", lambda: now[0])  # the pool's clock
+    connections: list[int] = []
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(lambda: _KeepAliveServer(lambda: now[0], connections),
+                                   "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = Client(ClientConfig(f"http://127.0.0.1:{port}", "m", endpoint="completions"),
+                    None)
+    try:
+        first = await client.send(Request(0, "hi", 4, 2))
+        now[0] += 1.0  # a connection reused soon after its answer: kept
+        second = await client.send(Request(1, "hi", 4, 2))
+        assert first.success and second.success and len(connections) == 1
+        now[0] += _KeepAliveServer.KEEP_ALIVE  # idle as long as the server keeps it
+        third = await client.send(Request(2, "hi", 4, 2))
+        assert third.success, third.error
+        assert len(connections) == 2  # a new connection, not the one being closed
+    finally:
+        await client.aclose()
+        srv.close()
+        await srv.wait_closed()
