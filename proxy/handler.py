@@ -331,10 +331,17 @@ class CompletionHandler:
             if not outcome.finished:
                 trace.status = 499 if outcome.error is None else outcome.error
             if pump is not None and not pump.task.done():
-                if shared is not None and shared.followers:  # the client left; others follow
+                assert shared is not None  # a pump is made only for a shared stream
+                if shared.followers:  # the client left; others follow
                     d.metrics.flight_handovers.inc()
-                    shared.when_empty(pump.task.cancel)  # until they leave too
+
+                    def stop() -> None:  # until they leave too
+                        shared.close()
+                        pump.task.cancel()
+
+                    shared.when_empty(stop)
                     return  # settled when the read ends (above)
+                shared.close()  # stopped: nobody joins it meanwhile (a review)
                 await pump.stop()
             await settle()
 

@@ -34,6 +34,8 @@ class Shared(Protocol):
 
     def when_empty(self, fn: Callable[[], object]) -> None: ...  # the last follower left
 
+    def close(self) -> None: ...  # the leader stops the stream: no one new may join
+
 
 class LiveStream(Protocol):
     """A miss's upstream stream in flight that identical streaming requests follow

@@ -415,3 +415,47 @@ async def test_shutdown_waits_for_handed_over_streams_at_most_the_drain_timeout(
     await asyncio.wait_for(handler.drain(), timeout=5)  # returns: PROXY_DRAIN_TIMEOUT passed
     assert not stuck.done()
     stuck.cancel()
+
+
+async def test_no_one_joins_a_stream_that_is_being_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's client leaves and nobody follows: its upstream stream is stopped and the
+    flight abandoned. An identical request arriving while the stop is under way joined the
+    stream (still 'live', events in) and then got the leader's abandonment as an error event,
+    'lost its upstream stream; retry', where nothing upstream had failed (a review of the
+    flight's end). It goes upstream itself now and gets the whole answer."""
+    from proxy.relay import Pump
+
+    resume, stopping, proceed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    stop = Pump.stop
+
+    async def held_stop(self: Pump) -> None:  # the stop's window held open
+        stopping.set()
+        await proceed.wait()
+        await stop(self)
+
+    monkeypatch.setattr(Pump, "stop", held_stop)
+    fake = FakeVllm(pause=(3, resume))
+    async with fake.served() as upstream, \
+            served_proxy(Settings(upstreams=(upstream,), cache="exact")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body("Cut off")) as lead:
+            leader_first = asyncio.Event()
+            reading = asyncio.create_task(lines(lead, [], leader_first))
+            await leader_first.wait()
+            reading.cancel()                             # the leader's client goes away
+        await stopping.wait()                            # its stream is being stopped
+
+        async def twin() -> tuple[str, list[str]]:
+            got: list[str] = []
+            async with client.stream("POST", "/v1/chat/completions",
+                                     json=body("Cut off")) as resp:
+                await lines(resp, got, asyncio.Event())
+            return resp.headers["x-cache"], got
+
+        asking = asyncio.create_task(twin())
+        await asyncio.sleep(0.3)                         # time to join, if it can
+        proceed.set()
+        resume.set()
+        _, got = await asking
+    assert content(got) == (" w0 w1 w2 w3 w4 w5 w6 w7", "[DONE]")

@@ -67,6 +67,12 @@ class Flight:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def close(self) -> None:
+        """The leader stops its upstream stream (nobody is left to read for it): no one may
+        join now. One that joined in the stop's window got the stop as an error, 'lost its
+        upstream stream', where nothing upstream had failed; it goes upstream itself instead."""
+        self.finish(False)
+
     def finish(self, ok: bool) -> None:
         if self.state == "live":
             self.state = "done" if ok else "failed"
