@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "arrival_ttft")
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "arrival_ttft",
+                      "arrival_e2el")
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:

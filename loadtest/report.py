@@ -17,7 +17,8 @@ HEADERS = {"ttft": ("TTFT", "Time to First Token"),
            "itl": ("ITL", "Inter-token Latency"),
            "e2el": ("E2EL", "End-to-end Latency"),
            "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
-           "arrival_ttft": ("TTFT from arrival", "TTFT from Scheduled Arrival")}
+           "arrival_ttft": ("TTFT from arrival", "TTFT from Scheduled Arrival"),
+           "arrival_e2el": ("E2EL from arrival", "E2EL from Scheduled Arrival")}
 
 
 def row(label: str, value: Any) -> str:

@@ -137,12 +137,13 @@ def detail_lists(results: Sequence[Result]) -> dict[str, Any]:
 
 
 def queue_stats(results: Sequence[Result], percentiles: Sequence[float]) -> dict[str, float]:
-    """The wait for a --max-concurrency slot, and TTFT counted from the request's scheduled
-    arrival (the wait included): what a user arriving on that schedule waits for a first token,
-    where TTFT alone starts when the capped client finally sends."""
+    """The wait for a --max-concurrency slot, and TTFT and E2EL counted from the request's
+    scheduled arrival (the wait included): what a user arriving on that schedule waits for,
+    where TTFT and E2EL alone start when the capped client finally sends."""
     ok = [r for r in results if r.success]
     return {**distribution("client_queue_time", [r.queue_time for r in ok], percentiles),
-            **distribution("arrival_ttft", [r.queue_time + r.ttft for r in ok], percentiles)}
+            **distribution("arrival_ttft", [r.queue_time + r.ttft for r in ok], percentiles),
+            **distribution("arrival_e2el", [r.queue_time + r.latency for r in ok], percentiles)}
 
 
 def error_counts(results: Sequence[Result], top: int = 10) -> dict[str, int]:

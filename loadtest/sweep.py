@@ -136,11 +136,13 @@ def check_args(a: argparse.Namespace) -> list[str]:
 
 
 def slo_value(res: dict[str, Any], key: str) -> Any:
-    """A TTFT percentile counts from the scheduled arrival where the result has it (a request
-    that waited for a --max-concurrency slot waited in front of the server all the same)."""
-    if key.endswith("_ttft_ms") and res.get(arrival := key.replace("_ttft_", "_arrival_ttft_"))\
-            is not None:
-        return res[arrival]
+    """A TTFT or E2EL percentile counts from the scheduled arrival where the result has it (a
+    request that waited for a --max-concurrency slot waited in front of the server all the
+    same)."""
+    for metric in ("_ttft_", "_e2el_"):
+        arrival = key.replace(metric, "_arrival" + metric)
+        if metric in key and arrival != key and res.get(arrival) is not None:
+            return res[arrival]
     return res.get(key)
 
 

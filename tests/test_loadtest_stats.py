@@ -162,7 +162,7 @@ def test_offered_load_errors_and_ttft_from_arrival() -> None:
     offs = list(itertools.islice(schedule.offsets(50.0, 1.0, 3, None), 2000))
     assert due_in(iter(offs), 2.0, 10.0) == sum(2.0 <= o < 10.0 for o in offs)
     assert 300 < due_in(iter(offs), 2.0, 10.0) < 500
-    rs = [Result(0, success=True, ttft=0.1, queue_time=2.0),
+    rs = [Result(0, success=True, ttft=0.1, latency=3.0, queue_time=2.0),
           Result(1, success=False, status=502, error="upstream went away"),
           Result(2, success=False, status=502, error="upstream went away"),
           Result(3, success=False, error="timeout")]
@@ -170,6 +170,7 @@ def test_offered_load_errors_and_ttft_from_arrival() -> None:
     q = queue_stats(rs, [99])
     assert q["p99_client_queue_time_ms"] == pytest.approx(2000)
     assert q["p99_arrival_ttft_ms"] == pytest.approx(2100)
+    assert q["p99_arrival_e2el_ms"] == pytest.approx(5000)
 
 
 def test_the_window_counts_sent_and_scheduled_arrivals_alike_at_its_edges() -> None:

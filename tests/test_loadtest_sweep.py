@@ -232,3 +232,14 @@ def test_a_capped_client_that_falls_behind_meets_no_slo(tmp_path) -> None:
     assert res["scheduled_in_window"] > res["completed"] + res["failed"]
     assert res["p99_arrival_ttft_ms"] > 500 >= res["p99_ttft_ms"]
     assert s["goodput_rate"] == 8
+
+
+def test_ttft_and_e2el_slos_count_from_the_scheduled_arrival_where_measured() -> None:
+    from loadtest.sweep import meets, slo_value
+
+    res = {"completed": 10, "failed": 0, "p99_ttft_ms": 100.0, "p99_arrival_ttft_ms": 900.0,
+           "p99_e2el_ms": 2000.0, "p99_arrival_e2el_ms": 6000.0, "p99_tpot_ms": 10.0}
+    assert slo_value(res, "p99_ttft_ms") == 900.0 and slo_value(res, "p99_e2el_ms") == 6000.0
+    assert slo_value(res, "p99_tpot_ms") == 10.0
+    assert meets(res, {"p99_ttft_ms": 1000.0}) and not meets(res, {"p99_e2el_ms": 5000.0})
+    assert meets({**res, "p99_arrival_e2el_ms": None}, {"p99_e2el_ms": 5000.0})  # older result
