@@ -194,8 +194,12 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
     # the same window as the headline; every answer is a reference for judging its hits
     res["cache"] = cachestats.cache_summary(results, reference=out.results)
     res["by_cache"] = cachestats.split(results, span, p.percentiles)
-    # not "errors": --save-detailed adds vLLM's per-request list under that name
-    res["error_counts"] = stats.error_counts(out.results)
+    # not "errors": --save-detailed adds vLLM's per-request list under that name; the window's,
+    # as "Failed requests" is (the ramp-up's and drain's apart, under "windows")
+    res["error_counts"] = stats.error_counts(results)
+    if "windows" in res:
+        for part in ("ramp", "drain"):
+            res["windows"][part]["error_counts"] = stats.error_counts(apart[part])
     res["selfcheck"] = out.selfcheck.summary()
     if a.save_detailed:
         res.update(stats.detail_lists(out.results))

@@ -197,3 +197,26 @@ def test_the_window_counts_sent_and_scheduled_arrivals_alike_at_its_edges() -> N
             res = {"scheduled_in_window": due, "completed": len(steady), "failed": 0,
                    "p99_ttft_ms": 10.0}
             assert sweep.meets(res, {"p99_ttft_ms": 100.0})
+
+
+def test_error_counts_are_the_windows_as_failed_requests_is() -> None:
+    """A 4 s run, 1 s of ramp-up: two failures during ramp-up, one in the window. Before, the
+    block printed 'Failed requests: 1' above three errors."""
+    from loadtest import session
+    from loadtest.cli import parser
+    from loadtest.runner import RunOutput
+
+    a = parser().parse_args(["run", "--target", "http://x", "--duration", "4",
+                             "--request-rate", "10", "--warmup-seconds", "1"])
+    t0, results = 100.0, []
+    for i in range(40):
+        at = t0 + round(0.1 * i + 0.05, 6)
+        ok = i not in (2, 3, 20)
+        results.append(Result(i, success=ok, start=at, scheduled=at, ttft=0.01, latency=0.02,
+                              output_tokens=2, prompt_tokens=8, status=0 if ok else 503,
+                              error="" if ok else ("busy" if i < 10 else "gone")))
+    res = session.result_dict(a, "http://x", "mock", session.plan(a),
+                              RunOutput(results, 4.0, t0))
+    assert res["failed"] == 1 and res["error_counts"] == {"503 gone": 1}
+    assert res["windows"]["ramp"]["error_counts"] == {"503 busy": 2}
+    assert res["windows"]["drain"]["error_counts"] == {}
