@@ -64,7 +64,8 @@ def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: s
            "--tokenizer", a.model, "--workload", "repeat", "--repeat-ratio", f"{ratio:g}",
            "--zipf", "1.0", *shape, "--ignore-eos", "--max-concurrency", "250",
            "--start-rate", f"{a.start_rate:g}",
-           "--factor", "1.5", "--max-rate", "400", "--point-duration", f"{a.point_s:g}",
+           "--factor", f"{a.factor:g}", "--max-rate", "400",
+           "--point-duration", f"{a.point_s:g}",
            "--warmup-seconds", f"{a.warm_s:g}", "--slo", a.slo, "--bisect-steps",
            str(a.bisect_steps), "--workers", "auto", "--backend-url", backend, "--no-progress",
            "--label", f"{folder} gpu{gpu}", "--seed", str(seed), "--out", str(out)]
@@ -264,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                         "swap GPUs every round")
     p.add_argument("--slo", default="ttft_p99:1000,tpot_p99:50")
     p.add_argument("--start-rate", type=float, default=8.0)
+    p.add_argument("--factor", type=float, default=1.5,
+                   help="the ladder's step (a finer one resolves the goodput better)")
     p.add_argument("--point-s", type=float, default=30.0, help="measured window per point")
     p.add_argument("--warm-s", type=float, default=5.0, help="ramp-up before each window")
     p.add_argument("--bisect-steps", type=int, default=2)
