@@ -83,7 +83,7 @@ def completion_rate(ok: Sequence[Result]) -> float | None:
     by the whole run, so the last answer's own latency reads as falling behind.)"""
     ends = [r.start + r.latency for r in ok]
     span = max(ends) - min(ends) if ends else 0.0
-    return len(ends) / span if span > 0 else None
+    return (len(ends) - 1) / span if span > 0 else None  # n completions bound n - 1 gaps
 
 
 def window_completion_rate(results: Sequence[Result], t0: float, start: float,
