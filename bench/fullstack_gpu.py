@@ -39,7 +39,7 @@ from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
 from loadtest.schedule import offsets
 from loadtest.stats import due_in
-from loadtest.sweep import UNSENT_MAX, parse_slo, slo_value, unsent
+from loadtest.sweep import bracketed, left_unsent, parse_slo, slo_value
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
@@ -82,51 +82,57 @@ def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
     return {}
 
 
+def arrival_bounds(res: dict[str, Any], key: str) -> tuple[float, float]:
+    """A TTFT percentile (`key`, e.g. p99_ttft_ms) from the scheduled arrival: the measured one,
+    or for points measured before it, its bounds from the TTFT and client-queue percentiles (at
+    least the larger, at most the sum)."""
+    arrival = res.get(key.replace("_ttft_", "_arrival_ttft_"))
+    if arrival is not None:
+        return float(arrival), float(arrival)
+    ttft = float(res.get(key) or 0.0)
+    queue = float(res.get(key.replace("_ttft_", "_client_queue_time_")) or 0.0)
+    return max(ttft, queue), ttft + queue
+
+
 def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
     """A point by the sweep's rule of 2026-11-28 (over 1 % of the window's arrivals unsent:
     missed; TTFT from the scheduled arrival), also for points measured before it: their
     scheduled arrivals are recounted from the seeded schedule, and TTFT from arrival is bounded
-    by the TTFT and client-queue p99s (at least the larger, at most the sum). None: the bounds
-    straddle the SLO."""
+    (`arrival_bounds`). None: the bounds straddle the SLO."""
     win = res.get("windows") or {}
     steady, ramp = float(win.get("steady_s") or 0), float(win.get("ramp_s") or 0)
-    due = res.get("scheduled_in_window")
-    if due is None and steady and res.get("request_rate") not in (None, "inf"):
-        due = due_in(offsets(float(res["request_rate"]), float(res.get("burstiness") or 1.0),
-                             int(res.get("seed") or 0), None), ramp, ramp + steady)
-    if due is not None and steady:
-        res = {**res, "scheduled_in_window": due}
-    if not res.get("completed") or res.get("failed") or unsent(res) > UNSENT_MAX * float(
-            res.get("scheduled_in_window") or 0):
+    if res.get("scheduled_in_window") is None and steady and res.get("request_rate") not in (
+            None, "inf"):
+        res = {**res, "scheduled_in_window": due_in(offsets(
+            float(res["request_rate"]), float(res.get("burstiness") or 1.0),
+            int(res.get("seed") or 0), None), ramp, ramp + steady)}
+    if not res.get("completed") or res.get("failed") or left_unsent(res):
         return False
     verdict: bool | None = True
     for key, ms in slo.items():
-        value = slo_value(res, key)
-        if value is None:
+        if slo_value(res, key) is None:
             return False
-        if key.endswith("_ttft_ms") and slo_value(res, key) is res.get(key):  # no arrival key
-            queue = float(res.get(key.replace("_ttft_", "_client_queue_time_")) or 0.0)
-            low, high = max(float(value), queue), float(value) + queue
-            if low > ms:
-                return False
-            if high > ms:
-                verdict = None
-        elif float(value) > ms:
+        low, high = (arrival_bounds(res, key) if key.endswith("_ttft_ms")
+                     else (float(slo_value(res, key)),) * 2)
+        if low > ms:
             return False
+        if high > ms:
+            verdict = None
     return verdict
 
 
 def rejudged(folder: Path, slo: dict[str, float]) -> dict[str, Any] | None:
-    """A sweep's goodput by `judged`: the highest rate that met the SLO, bounded when a higher
-    rate missed it; `undecided` lists the rates whose verdict the old points cannot give."""
+    """A sweep's goodput by `judged`: the highest rate that met the SLO, bounded (the sweep's
+    `bracketed`) when a higher rate missed it; `undecided` lists the rates whose verdict the old
+    points cannot give."""
     points = [(float(res["request_rate"]), judged(res, slo)) for res in (
         json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json")))]
     if not points or not slo:
         return None
     best = max((r for r, ok in points if ok), default=None)
-    return {"goodput_rate": best, "goodput_bounded": any(
-        ok is False and (best is None or r > best) for r, ok in points),
-        "undecided": sorted(r for r, ok in points if ok is None)}
+    decided = [{"offered_rate": r, "meets_slo": ok} for r, ok in points if ok is not None]
+    return {"goodput_rate": best, "goodput_bounded": bracketed(decided, best),
+            "undecided": sorted(r for r, ok in points if ok is None)}
 
 
 def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
@@ -198,16 +204,9 @@ def report(a: argparse.Namespace) -> str:
     return text
 
 
-def arrival_p99(res: dict[str, Any]) -> float:
-    """TTFT p99 from the scheduled arrival; for points measured before that metric, its upper
-    bound (the TTFT and client-queue p99s added)."""
-    if res.get("p99_arrival_ttft_ms") is not None:
-        return float(res["p99_arrival_ttft_ms"])
-    return float(res.get("p99_ttft_ms") or 0) + float(res.get("p99_client_queue_time_ms") or 0)
-
-
 def plot(a: argparse.Namespace, path: Path) -> Path:
-    """TTFT p99 from arrival against the offered rate, every sweep point, one line per sweep."""
+    """TTFT p99 from arrival (for older points its upper bound) against the offered rate, every
+    sweep point, one line per sweep."""
     from bench.plots import _plt
 
     plt = _plt()
@@ -222,7 +221,8 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
         ratio, target = m.group("ratio", "target")
         profile = [m.group("profile") + (f" #{m.group('repeat')}" if m.group("repeat") else "")
                    ] if m.group("profile") else []
-        ax.plot([float(r["request_rate"]) for r in pts], [arrival_p99(r) for r in pts],
+        ax.plot([float(r["request_rate"]) for r in pts],
+                [arrival_bounds(r, "p99_ttft_ms")[1] for r in pts],
                 marker="o", linestyle="-" if target == "fullstack" else "--",
                 label=f"{'proxy + exact cache' if target == 'fullstack' else 'vLLM alone'}, "
                       f"{float(ratio):.0%} repeats" + (f", {profile[0]}" if profile else ""))

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from loadtest.runner import RunOutput
-from loadtest.stats import p_word
+from loadtest.stats import p_word, unsent
 
 HEADERS = {"ttft": ("TTFT", "Time to First Token"),
            "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
@@ -46,10 +46,8 @@ def block(res: dict[str, Any], percentile_metrics: Sequence[str],
     win = res.get("windows")
     if win:  # the stats below are the steady window's; ramp-up and drain apart
         add("Steady window (s):", float(win["steady_s"]))
-    if res.get("scheduled_in_window") is not None:
-        unsent = res["scheduled_in_window"] - res["completed"] - res["failed"]
-        if unsent > 0:  # a capped client fell behind: load offered, never sent
-            add("Scheduled in window, never sent:", unsent)
+    if unsent(res) > 0:  # a capped client fell behind: load offered, never sent
+        add("Scheduled in window, never sent:", unsent(res))
     if win:
         add("Ramp-up requests (apart):", win["ramp"]["completed"] + win["ramp"]["failed"])
         add("Drain requests (apart):", win["drain"]["completed"] + win["drain"]["failed"])

@@ -164,6 +164,13 @@ def window_time(seconds: float) -> float:
     return round(seconds, 6)
 
 
+def unsent(res: dict[str, Any]) -> int:
+    """Arrivals scheduled in the window (`scheduled_in_window`) that a --max-concurrency client
+    never sent before the run stopped sending; 0 where the result does not count them."""
+    due = res.get("scheduled_in_window")
+    return 0 if due is None else max(0, int(due) - res.get("completed", 0) - res.get("failed", 0))
+
+
 def due_in(offsets: Iterable[float], start: float, end: float) -> int:
     """How many arrivals of a schedule fall in [start, end): the load offered to a window,
     whether or not a capped client managed to send them before the run ended."""

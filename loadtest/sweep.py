@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import session
+from loadtest.stats import unsent
 
 SLO_KEYS = {"ttft_p99": "p99_ttft_ms", "tpot_p99": "p99_tpot_ms", "itl_p99": "p99_itl_ms",
             "e2el_p99": "p99_e2el_ms", "ttft_mean": "mean_ttft_ms", "tpot_mean": "mean_tpot_ms",
@@ -146,15 +147,15 @@ def slo_value(res: dict[str, Any], key: str) -> Any:
     return res.get(key)
 
 
-UNSENT_MAX = 0.01  # share of the window's scheduled arrivals a point may leave unsent
+# share of the window's scheduled arrivals a point may leave unsent (`stats.unsent`): each
+# waited through the drain, which `point_args` makes at least as long as a TTFT SLO, so each
+# would have missed it (no percentile can include them)
+UNSENT_MAX = 0.01
 
 
-def unsent(res: dict[str, Any]) -> int:
-    """Arrivals scheduled in the window that a --max-concurrency client never sent before the
-    run stopped sending: each waited through the drain, which `point_args` makes at least as
-    long as a TTFT SLO, so each would have missed it (no percentile can include them)."""
-    due = res.get("scheduled_in_window")
-    return 0 if due is None else max(0, int(due) - res.get("completed", 0) - res.get("failed", 0))
+def left_unsent(res: dict[str, Any]) -> bool:
+    """More than UNSENT_MAX of the window's scheduled arrivals never sent: a missed point."""
+    return unsent(res) > UNSENT_MAX * float(res.get("scheduled_in_window") or 0)
 
 
 def meets(res: dict[str, Any], slo: dict[str, float]) -> bool:
@@ -162,7 +163,7 @@ def meets(res: dict[str, Any], slo: dict[str, float]) -> bool:
     measured), and at most 1 % of the scheduled arrivals left unsent."""
     return res.get("completed", 0) > 0 and not res.get("failed") and all(
         (v := slo_value(res, k)) is not None and float(v) <= ms for k, ms in slo.items()
-    ) and unsent(res) <= UNSENT_MAX * float(res.get("scheduled_in_window") or 0)
+    ) and not left_unsent(res)
 
 
 def sent_rate(res: dict[str, Any], window: float) -> float:
