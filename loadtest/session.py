@@ -183,12 +183,13 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
                           "drain": stats.summarize(apart["drain"], drain_s, p.percentiles)}
     res.update(stats.summarize(results, span, p.percentiles, p.goodput))
     if a.duration is not None and not out.interrupted:  # answered inside the window
+        end = max(ramp_s, a.duration - drain_s)
         res["window_completion_rate"] = stats.window_completion_rate(
-            out.results, out.t0, ramp_s, max(ramp_s, a.duration - drain_s))
+            out.results, out.t0, ramp_s, end)
         if not math.isinf(a.request_rate):  # the offered load, sent or not
             res["scheduled_in_window"] = stats.due_in(
                 schedule.offsets(a.request_rate, a.burstiness, a.seed, a.num_prompts),
-                ramp_s, max(ramp_s, a.duration - drain_s))
+                ramp_s, end)
     if p.run.max_concurrency:  # the headline's requests: a sweep judges TTFT by these
         res.update(stats.queue_stats(results, p.percentiles))
     # the same window as the headline; every answer is a reference for judging its hits

@@ -175,27 +175,23 @@ def load_custom(path: str) -> list[tuple[str, int | None]]:
     return rows
 
 
-def custom_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
+def custom_stream(cfg: WorkloadConfig, tok: Tokenizer | None,
+                  unique: bool = False) -> Iterator[Request]:
     """A JSONL file's prompts in a seeded order, cycling; each row's `output_tokens` (or
-    --output-len where a row has none)."""
+    --output-len where a row has none). `unique`: each behind a first line naming the run's
+    seed and the request (`# request 7.42`), so fresh prompts are new even when the file
+    cycles, and a sweep's later point (its own seed) never resends what an earlier one left in
+    a cache (the repeat workload's fresh prompts)."""
     if not cfg.dataset_path:
         raise ValueError(f"--workload {cfg.name} needs --dataset-path FILE.jsonl")
     rows = load_custom(cfg.dataset_path)
     order = np.random.default_rng(cfg.seed).permutation(len(rows)).tolist()
     for i, j in enumerate(itertools.cycle(order)):
         prompt, out = rows[j]
+        if unique:
+            prompt = f"# request {cfg.seed}.{i}\n{prompt}"
         yield Request(i, prompt, out or cfg.output_len,
                       len(tok.encode(prompt)) if tok is not None else None, cfg.ignore_eos)
-
-
-def _unique_rows(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
-    """A dataset's rows, each behind a first line naming the run's seed and the request
-    (`# request 7.42`): fresh prompts are new even when the file cycles, and a sweep's later
-    point (its own seed) never resends what an earlier one left in a cache."""
-    for req in custom_stream(cfg, tok):
-        text = f"# request {cfg.seed}.{req.index}\n{req.prompt}"
-        yield dataclasses.replace(req, prompt=text, prompt_len=(
-            len(tok.encode(text)) if tok is not None else None))
 
 
 def repeat_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Request]:
@@ -203,10 +199,11 @@ def repeat_stream(cfg: WorkloadConfig, tok: Tokenizer | None) -> Iterator[Reques
     unchanged (prompt and max_tokens), chosen by Zipf popularity over the ones sent so far, the
     earliest the most popular: an exact-repeat mix whose ratio holds at any rate and length,
     where the cache workload's question pool (213 questions) runs dry at GPU rates. With
-    --dataset-path the fresh prompts are a JSONL file's rows instead (`_unique_rows`)."""
+    --dataset-path the fresh prompts are a JSONL file's rows instead (`custom_stream`'s
+    unique ones)."""
     rng = np.random.default_rng([cfg.seed, 1])  # its own stream: the fresh prompts stay random's
     ratio, s = float(cfg.cache.get("repeat", 0.3)), float(cfg.cache.get("zipf", 1.0))
-    fresh = _unique_rows(cfg, tok) if cfg.dataset_path else random_stream(cfg, tok)
+    fresh = custom_stream(cfg, tok, unique=True) if cfg.dataset_path else random_stream(cfg, tok)
     sent: list[Request] = []
     texts: set[bytes] = set()  # a fresh prompt must be new: token runs can decode alike
     for i in itertools.count():
