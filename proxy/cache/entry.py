@@ -40,9 +40,8 @@ class Entry:
 
     @property
     def finish_reason(self) -> str | None:
-        choices = self.answer.get("choices")  # a record of another shape (redis_store.py)
-        first = choices[0] if isinstance(choices, list) and choices else None
-        reason = first.get("finish_reason") if isinstance(first, dict) else None
+        first = _first_choice(self.answer)  # None in a record of another shape (redis_store)
+        reason = first.get("finish_reason") if first is not None else None
         return str(reason) if reason is not None else None
 
     @property
@@ -175,11 +174,17 @@ def chunks(entry: Entry) -> Chunks | None:
     return parsed if said else None
 
 
+def _first_choice(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer's first choice; None for a shape vLLM never answers."""
+    choices = answer.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return first if isinstance(first, dict) else None
+
+
 def _text(answer: dict[str, Any]) -> Any:
     """The text of the answer's (first) choice; None for a shape vLLM never answers."""
-    choices = answer.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    if not isinstance(choice, dict):
+    choice = _first_choice(answer)
+    if choice is None:
         return None
     message = choice.get("message")
     return message.get("content") if isinstance(message, dict) else choice.get("text")
