@@ -63,7 +63,7 @@ def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: s
     cmd = [PY, "-m", "loadtest", "sweep", "--target", url, "--model", a.served_name,
            "--tokenizer", a.model, "--workload", "repeat", "--repeat-ratio", f"{ratio:g}",
            "--zipf", "1.0", *shape, "--ignore-eos", "--max-concurrency", "250",
-           "--start-rate", f"{a.start_rate:g}",
+           "--start-rate", f"{start_rate(a, target):g}",
            "--factor", f"{a.factor:g}", "--max-rate", "400",
            "--point-duration", f"{a.point_s:g}",
            "--warmup-seconds", f"{a.warm_s:g}", "--slo", a.slo, "--bisect-steps",
@@ -71,6 +71,12 @@ def sweep(a: argparse.Namespace, ratio: float, target: str, url: str, backend: s
            "--label", f"{folder} gpu{gpu}", "--seed", str(seed), "--out", str(out)]
     with open(a.results / f"{folder}.log", "w") as log:
         subprocess.run(cmd, cwd=REPO, check=False, stdout=log, stderr=subprocess.STDOUT)
+
+
+def start_rate(a: argparse.Namespace, target: str) -> float:
+    """The sweep's first rate: the full stack may start higher on the same ladder (a rung of
+    `--start-rate` times a power of `--factor`), so device time is not spent on rates it meets."""
+    return float(a.fullstack_start_rate or a.start_rate) if target == "fullstack" else a.start_rate
 
 
 def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
@@ -265,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                         "swap GPUs every round")
     p.add_argument("--slo", default="ttft_p99:1000,tpot_p99:50")
     p.add_argument("--start-rate", type=float, default=8.0)
+    p.add_argument("--fullstack-start-rate", type=float, default=None,
+                   help="the full stack's first rate (default --start-rate)")
     p.add_argument("--factor", type=float, default=1.5,
                    help="the ladder's step (a finer one resolves the goodput better)")
     p.add_argument("--point-s", type=float, default=30.0, help="measured window per point")

@@ -120,12 +120,15 @@ def test_the_sweep_command_is_one_the_load_tester_accepts_with_and_without_a_dat
         a = argparse.Namespace(
             served_name="model", model="/m", start_rate=8.0, point_s=30.0, warm_s=5.0,
             slo="ttft_p99:1000,tpot_p99:50", bisect_steps=2, results=tmp_path, dataset=dataset,
-            factor=1.25)
+            factor=1.25, fullstack_start_rate=12.5)
         fullstack_gpu.sweep(a, 0.6, "direct", "http://x", "http://x", 0, 0, "r0.6-direct")
         ap = parser()
         args = ap.parse_args(sent[-1][3:])
         check(ap, args)  # exits on a refused combination
         assert args.workload == "repeat" and args.repeat_ratio == 0.6 and args.factor == 1.25
+        assert args.start_rate == 8.0
+        fullstack_gpu.sweep(a, 0.6, "fullstack", "http://x", "http://x", 0, 0, "r0.6-fullstack")
+        assert parser().parse_args(sent[-1][3:]).start_rate == 12.5  # its own first rung
         assert (args.dataset_path, args.endpoint) == (
             (str(data), "completions") if dataset else (None, "chat"))
 

@@ -25,6 +25,7 @@ python3 -m bench.fullstack_gpu --model /root/wide8 --dataset /root/wl/code_edit.
   --title "code_edit, 2 GPUs (trained 60M padded 8x: 3.3 B)" --results "$R/fullstack" \
   --ratios 0.6,0.6 --profiles baseline,spec-ngram \
   --proxy-workers 4 --redis-url redis://127.0.0.1:6379/0 \
-  --slo ttft_p99:1000,tpot_p99:50 --start-rate 36 --factor 1.25 --point-s 30 --warm-s 5 \
+  --slo ttft_p99:1000,tpot_p99:50 --start-rate 36 --fullstack-start-rate 56.25 --factor 1.25 \
+  --point-s 30 --warm-s 5 \
   --bisect-steps 2 > "$R/fullstack.log" 2>&1
 touch "$R/done"
