@@ -88,6 +88,21 @@ def point_cache(folder: Path, rate: float | None) -> dict[str, Any]:
     return {}
 
 
+SPEC = ("Spec-decode acceptance rate (%)", "Spec-decode acceptance length")
+
+
+def point_spec(folder: Path, rate: float | None) -> dict[str, float]:
+    """vLLM's speculative-decoding acceptance (rate %, mean accepted length) over the window of
+    the point swept at `rate`, from the backend's counters (the load tester's summary of them);
+    empty without speculation."""
+    for f in sorted(folder.glob("point-*.json")):
+        res = json.loads(f.read_text())
+        if rate is not None and abs(float(res.get("request_rate") or 0) - rate) < 1e-9:
+            srv = ((res.get("server_metrics") or {}).get("backend") or {}).get("summary") or {}
+            return {k: float(srv[k]) for k in SPEC if k in srv}
+    return {}
+
+
 def arrival_bounds(res: dict[str, Any], key: str) -> tuple[float, float]:
     """A TTFT percentile (`key`, e.g. p99_ttft_ms) from the scheduled arrival: the measured one,
     or for points measured before it, its bounds from the TTFT and client-queue percentiles (at
@@ -165,7 +180,8 @@ def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
         else:
             continue
         found.append({"ratio": ratio, "target": target, "profile": profile, **row,
-                      "cache": point_cache(folder, row["goodput_rate"])})
+                      "cache": point_cache(folder, row["goodput_rate"]),
+                      "spec": point_spec(folder, row["goodput_rate"])})
     return found
 
 
@@ -188,6 +204,13 @@ def report(a: argparse.Namespace) -> str:
         lines.append(f"| {r['ratio']} | {r['target']} | {r['profile']} | {goodput(r)} | "
                      f"{undecided} | {r['knee_rate']} | {r['saturation_rate']} | {hit} | "
                      f"{cache.get('wrong_cached_answers', '–')} |")
+    spec = [r for r in rows if r["spec"]]
+    if spec:
+        lines += ["", "| repeat ratio | target | vLLM profile | spec-decode acceptance at goodput "
+                  "| mean accepted length |", "|---|---|---|---|---|"]
+        lines += [f"| {r['ratio']} | {r['target']} | {r['profile']} | "
+                  f"{r['spec'].get(SPEC[0], 0):.1f} % | {r['spec'].get(SPEC[1], 0):.2f} |"
+                  for r in spec]
     lines += ["", "| repeat ratio | full stack (profile) | vLLM alone (profile) | goodput ratio |",
               "|---|---|---|---|"]
     summary: dict[str, Any] = {"sweeps": rows, "ratios": []}

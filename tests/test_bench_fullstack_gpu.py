@@ -7,7 +7,8 @@ import json
 from bench.fullstack_gpu import report
 
 
-def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True, profile=None):
+def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True, profile=None,
+          spec=None):
     """A finished sweep: goodput / 1.5 and goodput met the SLO, goodput x 1.5 missed it (only
     when `bounded`; None: an old sweep.json without the flag)."""
     folder = tmp_path / (f"r{ratio}-{target}" + (f"-{profile}" if profile else ""))
@@ -20,8 +21,11 @@ def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True, profil
     for i, rate in enumerate(rates):
         cache = {} if hit_share is None else {"hit_share": hit_share + i / 100,
                                               "wrong_cached_answers": 0}
+        server = {} if spec is None else {"server_metrics": {"backend": {"summary": {
+            "Spec-decode acceptance rate (%)": spec[0] + i,
+            "Spec-decode acceptance length": spec[1]}}}}
         (folder / f"point-{i + 1:02d}-{rate:g}.json").write_text(json.dumps(
-            {"request_rate": rate, "cache": cache, **measured(rate, rate <= goodput)}))
+            {"request_rate": rate, "cache": cache, **measured(rate, rate <= goodput), **server}))
 
 
 def measured(rate, met, queue_p99=0.0, answered=None):
@@ -61,9 +65,12 @@ def test_profiles_make_a_two_by_two_and_every_full_stack_is_set_against_every_al
     # round 1: alone on GPU 0 (baseline), full stack on GPU 1 (tuned); round 2 swapped
     write(tmp_path, "0.6", "direct", 36.0, profile="baseline")
     write(tmp_path, "0.6", "fullstack", 120.0, hit_share=0.6, profile="tuned")
-    write(tmp_path, "0.6", "direct", 45.0, profile="tuned")
+    write(tmp_path, "0.6", "direct", 45.0, profile="tuned", spec=(80.0, 3.4))
     write(tmp_path, "0.6", "fullstack", 90.0, hit_share=0.6, bounded=False, profile="baseline")
     text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0))
+    # the acceptance beside the spec run, at its goodput point (the second point: 80 + 1)
+    assert "| 0.6 | direct | tuned | 81.0 % | 3.40 |" in text
+    assert "| 0.6 | direct | baseline | 0.0 %" not in text
     assert "| 0.6 | direct | tuned | 45.0 |" in text
     assert "| 0.6 | 120.0 (tuned) | 36.0 (baseline) | **3.33×** |" in text
     assert "| 0.6 | 120.0 (tuned) | 45.0 (tuned) | **2.67×** |" in text

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran as written in session 18 (2026-11-28): docs/gpu-benchmarks.md, "The same full stack without
+# the bench's input cap", raw files in docs/results/gpu-fullstack-code-s18/.
 # The next run of session 17's measurement (docs/gpu-benchmarks.md, "The full stack where the
 # tuned backend works"), on a 2-GPU host after the vLLM parts, .gpuw and .gpuredis are in place
 # (as in bench/gpu/session17.sh): now without the bench's input cap (the 20 refused prompts),
