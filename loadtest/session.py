@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import orjson
 
-from loadtest import cachestats, ci, report, schedule, stats, workers, workload
-from loadtest.client import Client, ClientConfig
+from loadtest import cachestats, ci, pool, report, schedule, stats, workers, workload
+from loadtest.client import Client, ClientConfig, Result
 from loadtest.metrics_scrape import Scraper, referee
 from loadtest.request import WorkloadConfig
 from loadtest.runner import RunConfig, RunOutput, run, warm_up
@@ -100,6 +100,15 @@ async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
         if out.interrupted:
             break
     merged = ci.merge(runs) if len(runs) > 1 else runs[0]
+    if len(runs) > 1:  # what the merge does not average: over every run's requests
+        p = plan(a)
+        merged.update(pool.distributions([steady(a, o)[0] for o in outs], p.percentiles,
+                                         a.max_concurrency is not None))
+        merged.pop("window_completion_rate", None)
+        windows = [answer_window(a, o) for o in outs]
+        if all(w is not None for w in windows):
+            merged["window_completion_rate"] = pool.window_rate(
+                [(o, w) for o, w in zip(outs, windows, strict=True) if w is not None])
     if len(runs) > 1 and a.save_detailed:  # every repeat's requests, not the first one's
         for k in stats.detail_lists([]):
             merged[k] = [x for r in runs for x in r[k]]
@@ -158,6 +167,34 @@ async def measure_once(a: argparse.Namespace, target: str, tok: Tokenizer | None
     return out, res
 
 
+def edges(a: argparse.Namespace) -> tuple[float, float]:
+    """The ramp-up's and the drain's seconds (--warmup-seconds, --cooldown-seconds)."""
+    return getattr(a, "warmup_seconds", 0.0), getattr(a, "cooldown_seconds", 0.0)
+
+
+def steady(a: argparse.Namespace, out: RunOutput
+           ) -> tuple[list[Result], float, dict[str, list[Result]]]:
+    """The steady window's requests, its seconds (the throughput denominator) and the ramp-up's
+    and drain's requests apart; without either, every request over the run's duration."""
+    ramp_s, drain_s = edges(a)
+    if not (ramp_s or drain_s):
+        return out.results, out.duration, {"ramp": [], "drain": []}
+    # the span of sending, not the run (which goes on while the last answers drain)
+    sending = a.duration if a.duration is not None else max(
+        ((r.scheduled or r.start) - out.t0 for r in out.results), default=0.0)
+    return stats.windows(out.results, out.t0, sending, ramp_s, drain_s)
+
+
+def answer_window(a: argparse.Namespace, out: RunOutput) -> tuple[float, float] | None:
+    """[start, end) seconds after t0 of a --duration run's steady window, in which its answers
+    are counted (`window_completion_rate`) and its scheduled arrivals; none for a run cut
+    short or one of --num-prompts."""
+    if a.duration is None or out.interrupted:
+        return None
+    ramp_s, drain_s = edges(a)
+    return ramp_s, max(ramp_s, a.duration - drain_s)
+
+
 def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: RunOutput
                 ) -> dict[str, Any]:
     res: dict[str, Any] = {
@@ -170,26 +207,21 @@ def result_dict(a: argparse.Namespace, target: str, model: str, p: Plan, out: Ru
         "burstiness": a.burstiness, "max_concurrency": a.max_concurrency,
         "target": target, "workload": a.workload, "seed": a.seed,
     }
-    results, span = out.results, out.duration
-    ramp_s = getattr(a, "warmup_seconds", 0.0)
-    drain_s = getattr(a, "cooldown_seconds", 0.0)
+    results, span, apart = steady(a, out)
+    ramp_s, drain_s = edges(a)
     if ramp_s or drain_s:
-        # the span of sending, not the run (which goes on while the last answers drain)
-        sending = a.duration if a.duration is not None else max(
-            ((r.scheduled or r.start) - out.t0 for r in out.results), default=0.0)
-        results, span, apart = stats.windows(out.results, out.t0, sending, ramp_s, drain_s)
         res["windows"] = {"steady_s": span, "ramp_s": ramp_s, "drain_s": drain_s,
                           "ramp": stats.summarize(apart["ramp"], ramp_s, p.percentiles),
                           "drain": stats.summarize(apart["drain"], drain_s, p.percentiles)}
     res.update(stats.summarize(results, span, p.percentiles, p.goodput))
-    if a.duration is not None and not out.interrupted:  # answered inside the window
-        end = max(ramp_s, a.duration - drain_s)
+    window = answer_window(a, out)
+    if window is not None:  # answered inside the window
         res["window_completion_rate"] = stats.window_completion_rate(
-            out.results, out.t0, ramp_s, end)
+            out.results, out.t0, *window)
         if not math.isinf(a.request_rate):  # the offered load, sent or not
             res["scheduled_in_window"] = stats.due_in(
                 schedule.offsets(a.request_rate, a.burstiness, a.seed, a.num_prompts),
-                ramp_s, end)
+                *window)
     if p.run.max_concurrency:  # the headline's requests: a sweep judges TTFT by these
         res.update(stats.queue_stats(results, p.percentiles))
     # the same window as the headline; every answer is a reference for judging its hits

@@ -97,8 +97,12 @@ def window_completion_rate(results: Sequence[Result], t0: float, start: float,
     a third to a half of the rate)."""
     if not end > start:
         return None
-    ended = sum(1 for r in results if r.success and start <= r.start + r.latency - t0 < end)
-    return ended / (end - start)
+    return answered_in(results, t0, start, end) / (end - start)
+
+
+def answered_in(results: Sequence[Result], t0: float, start: float, end: float) -> int:
+    """How many requests were answered (successfully) in [start, end) seconds after t0."""
+    return sum(1 for r in results if r.success and start <= r.start + r.latency - t0 < end)
 
 
 def summarize(results: Sequence[Result], duration: float, percentiles: Sequence[float] = (99,),
