@@ -76,14 +76,51 @@ def peaks(results: Sequence[Result]) -> tuple[float, int]:
     return float(tokens.max()), int(conc.max())
 
 
+def arrival(r: Result) -> float:
+    """When the request arrived: its scheduled time, or its send where it has none."""
+    return r.scheduled if r.scheduled else r.start
+
+
+def paces(ok: Sequence[Result]) -> tuple[float, float] | None:
+    """Seconds per request of the requests' arrivals and of their answers, each the
+    least-squares slope of those times against the order the requests arrived in; None for
+    fewer than two requests or answers that did not come later down the order."""
+    order = sorted(ok, key=lambda r: (arrival(r), r.index))
+    if len(order) < 2:
+        return None
+    rank = np.arange(len(order), dtype=float)
+    rank -= rank.mean()
+    scale = float(rank @ rank)
+
+    def slope(times: list[float]) -> float:
+        return float(rank @ (np.asarray(times) - np.mean(times))) / scale
+
+    answers = slope([r.start + r.latency for r in order])
+    return (slope([arrival(r) for r in order]), answers) if answers > 0 else None
+
+
 def completion_rate(ok: Sequence[Result]) -> float | None:
-    """Completed requests per second over the span of their completions: the rate the server
-    answered at. A server that keeps up answers at the rate it was sent, however long each
-    answer takes; one that is behind at its own capacity. (vLLM's request_throughput divides
-    by the whole run, so the last answer's own latency reads as falling behind.)"""
-    ends = [r.start + r.latency for r in ok]
-    span = max(ends) - min(ends) if ends else 0.0
-    return (len(ends) - 1) / span if span > 0 else None  # n completions bound n - 1 gaps
+    """Answers per second, taken in the order the requests arrived: one over the slope of the
+    answer times against that order. A server that keeps up answers at the rate it was sent,
+    however long and however varied the answers (each answer is its arrival plus a latency that
+    does not grow down the order); one that is behind at its own capacity. Until 2026-11-29 it
+    was (n - 1) completions over their span, which runs on past the window by the spread of
+    the answers' lengths: ShareGPT-like answers (exponential, mean 4 s) in a 60 s window read
+    0.79 of the rate of a server that kept up, and the rate sweep called it behind. Nor the
+    answers counted inside the window (`window_completion_rate`, the concurrency ladder's):
+    without a ramp-up at least as long as the answers the window opens with none in, and 1 s
+    answers in a 2 s window read half the rate. (vLLM's request_throughput divides by the
+    whole run, so the last answer's own latency reads as falling behind.)"""
+    p = paces(ok)
+    return 1.0 / p[1] if p is not None else None
+
+
+def arrival_rate(ok: Sequence[Result]) -> float | None:
+    """The same requests' arrivals per second, fitted as `completion_rate` fits the answers:
+    the two differ only where the answers fell behind the arrivals (Poisson's own noise, which
+    both share, cancels between them)."""
+    p = paces(ok)
+    return 1.0 / p[0] if p is not None and p[0] > 0 else None
 
 
 def window_completion_rate(results: Sequence[Result], t0: float, start: float,
@@ -91,7 +128,7 @@ def window_completion_rate(results: Sequence[Result], t0: float, start: float,
     """Completed requests that ended inside [start, end) seconds after t0, per second of it.
     Over the window a closed loop (--max-concurrency, each request sent as a slot frees) kept
     its requests in flight, this is the rate it was answered at. request_throughput and
-    completion_rate both run on to the last answer of the drain after the last send, when
+    completion_rate both run on to the last answers of the drain after the last send, when
     fewer and fewer requests are in flight: with answers long against the window, and of
     varied lengths, the drain is long and both read low (simulated, 20 s answers in 60 s:
     a third to a half of the rate)."""
@@ -116,7 +153,7 @@ def summarize(results: Sequence[Result], duration: float, percentiles: Sequence[
         "duration": duration, "completed": len(ok), "failed": len(results) - len(ok),
         "total_input_tokens": total_in, "total_output_tokens": total_out,
         "request_throughput": len(ok) / dur,
-        "completion_rate": completion_rate(ok),
+        "completion_rate": completion_rate(ok), "arrival_rate": arrival_rate(ok),
         "request_goodput": goodput_count(results, goodput) / dur if goodput else None,
         "output_throughput": total_out / dur,
         "total_token_throughput": (total_in + total_out) / dur,
@@ -197,6 +234,6 @@ def windows(results: Sequence[Result], t0: float, duration: float, ramp_s: float
     ramp: list[Result] = []
     drain: list[Result] = []
     for r in results:
-        at = window_time((r.scheduled if r.scheduled else r.start) - t0)
+        at = window_time(arrival(r) - t0)
         (ramp if at < ramp_s else steady if at < end else drain).append(r)
     return steady, end - ramp_s, {"ramp": ramp, "drain": drain}

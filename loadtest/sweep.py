@@ -3,8 +3,9 @@ bisection for the highest rate that meets the SLO: the goodput rate.
 
 Each point is an open-loop run (Poisson arrivals at the offered rate for --point-duration s,
 then a drain). A point is saturated when the server no longer keeps up: it answered
-(completions per second over the span of its completions) less than 90 % of the offered rate,
-or its mean TTFT grew past 3x the lightest point's (requests queue). "Offered" is what the
+(`answered_rate`: the window's answers per second, at the pace they kept against the
+arrivals) less than 90 % of the offered rate, or its mean TTFT grew past 3x the lightest
+point's (requests queue). "Offered" is what the
 schedule put in the window (Poisson counts vary around the nominal rate, so a short point is
 not called saturated for drawing few arrivals), counted whether or not a --max-concurrency
 client managed to send it. A TTFT SLO counts from each request's scheduled arrival (the wait
@@ -175,17 +176,28 @@ def sent_rate(res: dict[str, Any], window: float) -> float:
     return float(due) / window
 
 
-def behind(res: dict[str, Any], offered: float) -> bool:
-    """Answered slower than sent: completions per second over their own span (not over the
-    run, whose drain of the last answers is latency, not backlog)."""
-    answered = res.get("completion_rate")
-    if answered is None:
-        answered = res["request_throughput"]
-    return bool(res.get("completed", 0) == 0 or answered < ACHIEVED_MIN * offered)
+def answered_rate(res: dict[str, Any], window: float) -> float:
+    """The window's requests answered per second of the window, at the pace their answers
+    kept against their arrivals (`stats.completion_rate` over `stats.arrival_rate`, both
+    fitted down the order of arrival, so the answers' lengths and the arrivals' Poisson noise
+    cancel). A result without the fit (older, or too few answers): completion_rate, else
+    request_throughput."""
+    answers, arrivals = res.get("completion_rate"), res.get("arrival_rate")
+    if answers is not None and arrivals:
+        pace = min(1.0, float(answers) / float(arrivals))
+        return float(res.get("completed", 0)) / window * pace
+    return float(res["request_throughput"] if answers is None else answers)
 
 
-def saturated(res: dict[str, Any], offered: float, base_ttft: float | None) -> bool:
-    if behind(res, offered):
+def behind(res: dict[str, Any], offered: float, window: float) -> bool:
+    """Answered slower than sent (not over the run, whose drain of the last answers is
+    latency, not backlog)."""
+    return res.get("completed", 0) == 0 or answered_rate(res, window) < ACHIEVED_MIN * offered
+
+
+def saturated(res: dict[str, Any], offered: float, window: float,
+              base_ttft: float | None) -> bool:
+    if behind(res, offered, window):
         return True
     ttft = res.get("mean_ttft_ms")
     return base_ttft is not None and ttft is not None and ttft > TTFT_GROWTH_MAX * base_ttft
@@ -246,20 +258,22 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
     def run(rate: float, phase: str) -> dict[str, Any]:
         res = measure(point_args(a, rate, slo, len(points)))
         base = points[0]["mean_ttft_ms"] if points else None
-        sent = sent_rate(res, float((res.get("windows") or {}).get("steady_s")
-                                    or a.point_duration))
+        window = float((res.get("windows") or {}).get("steady_s") or a.point_duration)
+        sent = sent_rate(res, window)
         pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
               "achieved_rate": res.get("request_throughput"),
               "completion_rate": res.get("completion_rate"),
+              "answered_rate": answered_rate(res, window) if res.get("completed") else None,
               "mean_ttft_ms": res.get("mean_ttft_ms"),
-              "saturated": saturated(res, sent, base), "behind": behind(res, sent),
+              "saturated": saturated(res, sent, window, base),
+              "behind": behind(res, sent, window),
               "meets_slo": meets(res, slo),
               **{k: res.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
                                          "output_throughput", "completed", "failed")}}
         points.append(pt)
         (out / f"point-{len(points):02d}-{rate:g}.json").write_text(json.dumps(res, indent=1))
         print(f"  {phase:6} offered {rate:8.2f} req/s  sent {sent:8.2f}  achieved "
-              f"{pt['achieved_rate'] or 0:8.2f}  answered {pt['completion_rate'] or 0:8.2f}"
+              f"{pt['achieved_rate'] or 0:8.2f}  answered {pt['answered_rate'] or 0:8.2f}"
               f"  mean TTFT {pt['mean_ttft_ms'] or 0:8.1f} ms"
               f"{'  SATURATED' if pt['saturated'] else ''}"
               f"{'' if not slo else ('  SLO met' if pt['meets_slo'] else '  SLO missed')}",

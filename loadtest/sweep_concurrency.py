@@ -40,8 +40,8 @@ def held_rate(res: dict[str, Any]) -> float:
     window. Not request_throughput (until 2026-11-28), which runs on through the drain after
     the last send: with long answers of varied lengths the drain is long and grows with C, and
     a level that still gained read as gaining less than MIN_GAIN (simulated: 0.93x over the
-    run, 1.21x in the window). Nor completion_rate, the rate sweep's: in a closed loop its span
-    runs through the same drain."""
+    run, 1.21x in the window). Nor completion_rate, the rate sweep's: in a closed loop the
+    requests sent last are the drain's, and its fit down the order of sending runs through it."""
     rate = res.get("window_completion_rate")
     if rate is None:  # a result without a window (not a --duration run)
         rate = res.get("request_throughput")

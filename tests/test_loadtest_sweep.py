@@ -243,3 +243,51 @@ def test_ttft_and_e2el_slos_count_from_the_scheduled_arrival_where_measured() ->
     assert slo_value(res, "p99_tpot_ms") == 10.0
     assert meets(res, {"p99_ttft_ms": 1000.0}) and not meets(res, {"p99_e2el_ms": 5000.0})
     assert meets({**res, "p99_arrival_e2el_ms": None}, {"p99_e2el_ms": 5000.0})  # older result
+
+
+def served_by(slots: int, answers: list[float]) -> Any:
+    """A measure for sweep(): the point's Poisson arrivals (its own seed) for its window, each
+    answered by the first of `slots` free slots in answers[i % len] seconds, through the run's
+    own result (session.result_dict)."""
+    import heapq
+    import itertools
+
+    from loadtest import schedule, session
+    from loadtest.client import Result
+    from loadtest.runner import RunOutput
+
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        t0, free = 100.0, [0.0] * slots
+        results = []
+        for i, o in enumerate(itertools.takewhile(lambda o: o < p.duration, schedule.offsets(
+                p.request_rate, p.burstiness, p.seed))):
+            begin = max(o, heapq.heappop(free))
+            end = begin + answers[i % len(answers)]
+            heapq.heappush(free, end)
+            results.append(Result(i, success=True, start=t0 + o, scheduled=t0 + o,
+                                  ttft=begin - o + 0.05, latency=end - o, output_tokens=20,
+                                  prompt_tokens=8))
+        out = RunOutput(results, max(r.start + r.latency for r in results) - t0, t0)
+        return session.result_dict(p, "http://x", "mock", session.plan(p), out)
+
+    return measure
+
+
+def test_long_answers_of_varied_length_do_not_read_as_falling_behind(tmp_path) -> None:
+    """ShareGPT-like answers (0.2 s to ~25 s, exponential, mean 4 s) at 10 req/s in a 60 s
+    window, on a server with room for all of them: the last ones sent end up to 25 s past the
+    window, so the completions' span was ~80 s for 60 s of arrivals, read 0.79 of the rate,
+    and the point was called behind (saturated at the first point). On one with 35 slots
+    (7 req/s at 5 s a request) 10 req/s is behind, and still reads so."""
+    import numpy as np
+
+    answers = (np.random.default_rng(5).exponential(4.0, 997) + 0.2).tolist()
+    s = sweep(args("--rates", "10", "--point-duration", "60", "--out", str(tmp_path)),
+              served_by(10_000, answers))
+    (kept,) = s["points"]
+    assert not kept["behind"] and 0.95 < kept["answered_rate"] / kept["sent_rate"] <= 1.0
+    assert s["saturation_rate"] is None
+    slow = [1.0 + 8.0 * ((i * 7) % 31) / 30 for i in range(31)]  # 1 to 9 s, mean 5 s
+    (fell,) = sweep(args("--rates", "10", "--point-duration", "60", "--out", str(tmp_path)),
+                    served_by(35, slow))["points"]
+    assert fell["behind"] and fell["answered_rate"] == pytest.approx(7.0, rel=0.1)
