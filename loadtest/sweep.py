@@ -261,7 +261,9 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
         window = float((res.get("windows") or {}).get("steady_s") or a.point_duration)
         sent = sent_rate(res, window)
         pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
-              "achieved_rate": res.get("request_throughput"),
+              # the window's answered requests per second of it; request_throughput is that
+              # only with a ramp-up or drain (else over the run, the last answers' drain too)
+              "achieved_rate": res.get("completed", 0) / window,
               "completion_rate": res.get("completion_rate"),
               "answered_rate": answered_rate(res, window) if res.get("completed") else None,
               "mean_ttft_ms": res.get("mean_ttft_ms"),
