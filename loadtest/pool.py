@@ -4,14 +4,16 @@
 the counts. Every other distribution (the percentiles --metric-percentiles adds beyond the
 headline's, the spreads, the client's queue, TTFT and E2EL from the scheduled arrival) is
 computed here from all runs' steady-window requests together, and the rate answered inside the
-window from all runs' answers over all runs' window seconds: before, they were the first run's.
+window from all runs' answers over all runs' window seconds; the ramp-up's and drain's counts,
+the cache's and the peaks are over every run too: before, they were the first run's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from loadtest import stats
+from loadtest import cachestats, stats
 from loadtest.ci import HEADLINE
 from loadtest.client import Result
 from loadtest.runner import RunOutput
@@ -37,3 +39,30 @@ def window_rate(runs: Sequence[tuple[RunOutput, tuple[float, float]]]) -> float 
         return None
     return sum(stats.answered_in(o.results, o.t0, start, end)
                for o, (start, end) in runs) / seconds
+
+
+Split = tuple[list[Result], float, dict[str, list[Result]]]  # session.steady's
+
+
+def counts(runs: Sequence[tuple[RunOutput, Split]], percentiles: Sequence[float],
+           windows: dict[str, Any] | None) -> dict[str, Any]:
+    """The cache's statistics over every run's steady-window requests (each hit judged against
+    every run's answers), the peaks the highest of any run's, and (where the runs had a
+    ramp-up or drain, `windows`: the first run's) those apart, over every run's."""
+    every = [r for _, (steady, _, _) in runs for r in steady]
+    span = sum(s for _, (_, s, _) in runs)
+    out: dict[str, Any] = {
+        "cache": cachestats.cache_summary(every, reference=[r for o, _ in runs
+                                                             for r in o.results]),
+        "by_cache": cachestats.split(every, span, percentiles)}
+    peaks = [stats.peaks(steady) for _, (steady, _, _) in runs]
+    out["max_output_tokens_per_s"] = max(p[0] for p in peaks)
+    out["max_concurrent_requests"] = max(p[1] for p in peaks)
+    if windows:
+        out["windows"] = {**windows, "steady_s": span}
+        for part in ("ramp", "drain"):
+            reqs = [r for _, (_, _, apart) in runs for r in apart[part]]
+            seconds = float(windows[f"{part}_s"]) * len(runs)
+            out["windows"][part] = {**stats.summarize(reqs, seconds, percentiles),
+                                    "error_counts": stats.error_counts(reqs)}
+    return out

@@ -102,8 +102,10 @@ async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
     merged = ci.merge(runs) if len(runs) > 1 else runs[0]
     if len(runs) > 1:  # what the merge does not average: over every run's requests
         p = plan(a)
-        merged.update(pool.distributions([steady(a, o)[0] for o in outs], p.percentiles,
+        splits = [(o, steady(a, o)) for o in outs]
+        merged.update(pool.distributions([s[0] for _, s in splits], p.percentiles,
                                          a.max_concurrency is not None))
+        merged.update(pool.counts(splits, p.percentiles, merged.get("windows")))
         merged.pop("window_completion_rate", None)
         windows = [answer_window(a, o) for o in outs]
         if all(w is not None for w in windows):

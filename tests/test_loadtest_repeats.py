@@ -68,3 +68,35 @@ def test_repeats_pool_arrival_and_queue_percentiles_and_the_window_rate(monkeypa
     assert share > 0.6 and res["p50_arrival_ttft_ms"] == pytest.approx(2100.0)
     assert res["p50_client_queue_time_ms"] == pytest.approx(2000.0)
     assert res["p50_e2el_ms"] == pytest.approx(4000.0)  # run 1's: 200 ms
+
+
+def test_repeats_count_every_runs_ramp_up_peaks_and_cache(monkeypatch) -> None:
+    """The block under --repeats printed 'Successful requests' summed over the runs beside the
+    first run's ramp-up count, peak concurrency and cache hits (here: the second and third
+    runs' requests take 4 s, so more are in flight at once, and are cache hits)."""
+    from loadtest.report import block
+
+    a, once = runs_of([0.0, 2.0, 2.0], [0.2, 4.0, 4.0])
+
+    async def cached(p: argparse.Namespace, target: str, tok: object
+                     ) -> tuple[RunOutput, dict[str, Any]]:
+        out, _ = await once(p, target, tok)
+        for r in out.results:
+            r.cache = "miss" if p.seed == a.seed else "hit"
+        return out, session.result_dict(p, target, "mock", session.plan(p), out)
+
+    monkeypatch.setattr(session, "measure_once", cached)
+    _, res = asyncio.run(session.measure(a, "http://x", None))
+    per_run = [asyncio.run(cached(session._seeded(a, a.seed + k), "http://x", None))[1]
+               for k in range(3)]
+    ramp = sum(r["windows"]["ramp"]["completed"] for r in per_run)
+    assert res["windows"]["ramp"]["completed"] == ramp > per_run[0]["windows"]["ramp"][
+        "completed"]
+    assert res["windows"]["steady_s"] == pytest.approx(sum(r["windows"]["steady_s"]
+                                                           for r in per_run))
+    assert res["max_concurrent_requests"] == max(r["max_concurrent_requests"] for r in per_run)
+    assert res["cache"]["hits"] == per_run[1]["completed"] + per_run[2]["completed"]
+    assert res["cache"]["misses"] == per_run[0]["completed"]
+    assert res["by_cache"]["hit"]["completed"] == res["cache"]["hits"]
+    text = block({**res, "selfcheck": None}, [], [99])
+    assert f"{'Ramp-up requests (apart):':<40} {ramp}" in text
