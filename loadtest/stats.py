@@ -103,7 +103,7 @@ def completion_rate(ok: Sequence[Result]) -> float | None:
     """Answers per second, taken in the order the requests arrived: one over the slope of the
     answer times against that order. A server that keeps up answers at the rate it was sent,
     however long and however varied the answers (each answer is its arrival plus a latency that
-    does not grow down the order); one that is behind at its own capacity. Until 2026-11-29 it
+    does not grow down the order); one that is behind at its own capacity. Until 2026-11-28 it
     was (n - 1) completions over their span, which runs on past the window by the spread of
     the answers' lengths: ShareGPT-like answers (exponential, mean 4 s) in a 60 s window read
     0.79 of the rate of a server that kept up, and the rate sweep called it behind. Nor the

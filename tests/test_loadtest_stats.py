@@ -152,7 +152,7 @@ def test_window_completion_rate_counts_the_answers_inside_the_window() -> None:
     d = stats.summarize(rs, duration=9.9, percentiles=[99])
     assert d["request_throughput"] == pytest.approx(10 / 9.9)
     # answers down the order of sending: the drain's two 6 s answers pull it down as well
-    # (9 / 9.4 over the completions' span until 2026-11-29; that rate's own test is above)
+    # (9 / 9.4 over the completions' span until 2026-11-28; that rate's own test is above)
     assert d["completion_rate"] == pytest.approx(0.9916, abs=1e-4)
 
 
