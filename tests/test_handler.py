@@ -51,12 +51,12 @@ async def test_max_tokens_set_capped_and_reported():
     fake = FakeVllm()
     async with proxy_client(settings(max_output_tokens=100), transport=fake.transport) as c:
         plain = await c.post("/v1/chat/completions", json=CHAT)
-        huge = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 100000})
+        huge = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 1000})
         small = await c.post("/v1/chat/completions", json={**CHAT, "max_completion_tokens": 7})
     sent = [r.json for r in fake.completions()]
     assert sent[0]["max_tokens"] == 100 and "X-Proxy-Max-Tokens-Clipped" not in plain.headers
     assert sent[1]["max_tokens"] == 100
-    assert huge.headers["X-Proxy-Max-Tokens-Clipped"] == "100000->100"
+    assert huge.headers["X-Proxy-Max-Tokens-Clipped"] == "1000->100"
     assert sent[2]["max_completion_tokens"] == 7 and "max_tokens" not in sent[2]
     assert small.status_code == 200
 
@@ -65,9 +65,13 @@ async def test_max_tokens_never_exceeds_what_the_context_leaves():
     fake = FakeVllm(max_model_len=10)  # fake /tokenize: one token per word
     async with proxy_client(settings(), transport=fake.transport) as c:
         r = await c.post("/v1/completions", json={"model": "tiny", "prompt": "a b c d",
-                                                  "max_tokens": 50})
+                                                  "max_tokens": 9})
+        past = await c.post("/v1/completions", json={"model": "tiny", "prompt": "a b c d",
+                                                     "max_tokens": 50})
     assert r.status_code == 200
     assert fake.completions("/v1/completions")[-1].json["max_tokens"] == 6
+    assert past.status_code == 400  # past the whole context: vLLM's 400, not capped
+    assert past.json()["error"]["param"] == "max_tokens"
 
 
 async def test_input_over_the_limit_is_rejected_with_counts():
@@ -93,7 +97,7 @@ async def test_a_prompt_vllm_truncates_itself_is_not_refused_as_too_long():
                                {"role": "user", "content": long}]})):
             for keep, room in ((5, 15), (-1, 1)):
                 r = await c.post(path, json={**body, "truncate_prompt_tokens": keep,
-                                             "max_tokens": 30})
+                                             "max_tokens": 18})  # within the context
                 assert r.status_code == 200, (path, keep, r.text)
                 sent = fake.completions(path)[-1].json
                 assert sent["truncate_prompt_tokens"] == keep and sent["max_tokens"] == room

@@ -293,10 +293,10 @@ def _type(r: httpx.Response) -> tuple[Any, Any, Any] | None:
     return err["type"], err["code"], err["param"]
 
 
-async def test_max_tokens_past_64_bits_is_capped_like_any_other_too_large() -> None:
+async def test_max_tokens_past_64_bits_is_refused_like_any_other_past_the_context() -> None:
     """orjson read `max_tokens: 10**30` as the float 1e30, which the typing refused ('Unable to
-    parse input string as an integer, exceeded maximum size'), while 2**31 was capped (the
-    proxy's output cap, X-Proxy-Max-Tokens-Clipped): now both are capped."""
+    parse input string as an integer, exceeded maximum size'): now it is read exactly and, past
+    the model's context as 2**31 is, refused as vLLM refuses both (it was capped, a 200)."""
     from tests.support.fake_upstream import FakeVllm
 
     fake = FakeVllm()
@@ -304,9 +304,12 @@ async def test_max_tokens_past_64_bits_is_capped_like_any_other_too_large() -> N
     async with proxy_client(s, transport=fake.transport) as proxy:
         for kind, field in (("chat", "max_tokens"), ("chat", "max_completion_tokens"),
                             ("completions", "max_tokens")):
-            raw = json.dumps({**BASE[kind], field: 10**30}).encode()
-            r = await proxy.post(PATHS[kind], content=raw,
-                                 headers={"content-type": "application/json"})
-            assert r.status_code == 200, r.text
-            assert r.headers["X-Proxy-Max-Tokens-Clipped"] == f"{10**30}->100"
-            assert fake.completions(PATHS[kind])[-1].json[field] == 100
+            for value in (10**30, 2**31):
+                raw = json.dumps({**BASE[kind], field: value}).encode()
+                r = await proxy.post(PATHS[kind], content=raw,
+                                     headers={"content-type": "application/json"})
+                assert r.status_code == 400, r.text
+                assert r.json()["error"]["message"].startswith(
+                    f"{field}={value} cannot be greater than max_model_len=")
+                assert r.json()["error"]["param"] == field
+    assert fake.completions(PATHS["chat"]) == []

