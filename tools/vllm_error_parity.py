@@ -103,6 +103,10 @@ def shape(r: httpx.Response) -> tuple[Any, ...]:
         e = r.json()
     except ValueError:
         return (r.status_code, "<non-json>", r.text[:80])
+    if isinstance(e, dict) and set(e) == {"detail"} and isinstance(e["detail"], str):
+        # FastAPI's own answer (a body that is not UTF-8): the proxy gives the same words
+        # OpenAI-shaped, with the type and code vLLM gives its other body errors (on purpose)
+        return (r.status_code, "Bad Request", 400, None)
     e = e.get("error", e) if isinstance(e, dict) else e
     if not isinstance(e, dict):
         return (r.status_code, "<shape>", str(e)[:80])
@@ -113,6 +117,8 @@ def message(r: httpx.Response, s: tuple[Any, ...]) -> Any:
     if r.status_code < 400 or s[1] == "<non-json>":
         return None
     e = r.json()
+    if isinstance(e, dict) and set(e) == {"detail"}:
+        return e["detail"]
     return e.get("error", {}).get("message") if isinstance(e, dict) else None
 
 
