@@ -39,6 +39,7 @@ class Balancer:
         backend.last_error = error
 
     def mark_up(self, backend: Backend) -> None:
+        backend.lost = 0
         if backend.down_until:
             backend.down_until = 0.0
             backend.last_error = None

@@ -6,8 +6,14 @@ vLLM's own body, and the in-flight count per backend. A request fails over to th
 (the failed one down for the back-off) when it was refused (it never reached an engine), when
 a gateway status came back (502/503/504), or when the connection dropped before any answer and
 the backend's /health still answers. A request whose backend died while holding it (a 500, or
-a dropped connection, and then /health fails) is not sent to another: it may be what killed
-the engine, and would kill each replica in turn. The client gets a 502; the backend rests.
+a dropped connection, and then /health fails) may be what killed the engine, and would kill
+each replica in turn: when it was the only request this proxy had there (the sole suspect),
+or it was already sent on once after a replica died, the client gets a 502. When others were
+held there too it is more likely one of the innocent ones, and nothing has reached its client
+yet (open() ends before any byte is relayed): it goes to another replica, once. A request
+that kills engines so costs at most two replicas; its innocent neighbours are answered. A
+stream whose replica dies after its first bytes reached the client ends with an error event
+(proxy/relay.py): it cannot be retried. The dead backend rests.
 """
 
 from __future__ import annotations
@@ -61,13 +67,20 @@ METADATA_WAIT = 10.0  # seconds for /v1/models: a hung replica must not block st
 
 
 def _died(backend: Backend, what: str) -> BadGateway:
-    """A replica died while it held the request. It is not sent to another: a request that
-    crashes an engine (a "poison" request) would crash each replica in turn."""
+    """A replica died while it held the request, which is not sent to another (_suspect): a
+    request that crashes an engine (a "poison" request) would crash each replica in turn."""
     exc = BadGateway(f"the upstream {backend.url} failed while it held this request ({what}, "
                      "then its /health failed); not retried on another replica, as the "
                      "request itself may have caused the failure")
     exc.upstream = backend.url
     return exc
+
+
+def _suspect(backend: Backend, retried: bool) -> bool:
+    """Whether a request whose replica died holding it stays there (a 502): it was the only
+    one this proxy held there (what is still in flight, and what failed there since it last
+    answered well, this one included), or it was already sent on after one death."""
+    return retried or backend.inflight + backend.lost <= 1
 
 
 class Upstream:
@@ -85,6 +98,7 @@ class Upstream:
         key = await self.balancer.policy.key(route) if route is not None else None
         tried: tuple[Backend, ...] = ()
         last: UpstreamError = UpstreamUnavailable("no upstream is configured")
+        retried = False  # sent on once after a replica died holding it
         while (choice := self.balancer.choose(key, tried)) is not None:
             backend = choice.backend
             tried += (backend,)
@@ -96,11 +110,18 @@ class Upstream:
                 backend.inflight -= 1
                 last, exc.upstream = exc, backend.url
                 self.metrics.upstream_errors.labels(backend.url, type(exc).__name__).inc()
-                if isinstance(exc, BadGateway) and wait is None and not await self.probe(backend):
+                dropped = isinstance(exc, BadGateway) and wait is None
+                if dropped:
+                    backend.lost += 1
+                if dropped and not await self.probe(backend):
                     # dropped before any answer and /health fails (the probe marks it down):
                     # it died holding this request, which may be what killed it
                     self.balancer.policy.refused(choice, key)
-                    raise _died(backend, "the connection dropped") from None
+                    last = _died(backend, "the connection dropped")
+                    if _suspect(backend, retried):
+                        raise last from None
+                    retried = True
+                    continue
                 if isinstance(exc, UpstreamUnavailable | BadGateway) or wait is not None:
                     # refused, or dropped by a replica that lives on: down for the back-off,
                     # next one
@@ -117,6 +138,8 @@ class Upstream:
             if reply.status < 400:
                 self.balancer.mark_up(backend)
                 return stream
+            if reply.status == 500:
+                backend.lost += 1
             failed = await self._status_error(stream)
             failed.upstream = backend.url
             if reply.status in _DOWN:
@@ -131,7 +154,11 @@ class Upstream:
                 # a 500 from a replica whose /health then fails (the probe marks it down):
                 # its engine died while it held this request, which may be what killed it
                 self.balancer.policy.refused(choice, key)
-                raise _died(backend, "it answered 500") from None
+                last = _died(backend, "it answered 500")
+                if _suspect(backend, retried):
+                    raise last from None
+                retried = True
+                continue
             raise failed
         raise last
 

@@ -12,6 +12,9 @@ class Backend:
     down_until: float = 0.0
     failures: int = 0
     last_error: str | None = None
+    # this proxy's requests it dropped or failed with a 500 since it last answered well: with
+    # `inflight`, how many it held when it died (proxy/upstream.py: the sole suspect or not)
+    lost: int = 0
     # vLLM's own view (proxy/routing/poller.py), trusted until polled_until
     running: float = 0.0
     waiting: float = 0.0
