@@ -98,7 +98,7 @@ def test_the_stored_stream_is_replayed_only_for_the_whole_answer() -> None:
         json_hit = answered(stop, limit, False)
         assert json_hit is not None and json_hit[1] is None  # JSON: the answer alone
     cut_hit = answered(stop, 2, True)
-    assert cut_hit is not None and cut_hit[1] is None  # a cut: re-chunked from the answer
+    assert cut_hit is not None and cut_hit[1] is not None  # a cut: the stored chunks, cut
     cut = entry("length", 4, 4, ("a", " b", " c", " d"))
     cut.events = orjson.dumps(stream(("a", " b", " c", " d"), "length"))
     got = answered(cut, 4, True)
@@ -120,3 +120,47 @@ def test_a_stored_stream_that_cannot_be_replayed_is_a_miss_and_replaced(events: 
     got = answered(stop, 3, False)  # JSON is served from the answer, which reads well
     assert got is not None and got[1] is None
     assert better(entry("length", 4, 4), stop)  # a stop answer is kept, but not this one
+
+
+def vllm_chunks(kind: str, pieces: tuple[str, ...], finish: str) -> list[dict[str, object]]:
+    """vLLM 0.32's stream for these tokens (without id/created) as the proxy stores it (it asks
+    for usage): chat's role chunk first; the finish chunk with stop_reason; then usage."""
+    chat = kind == "chat"
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    out: list[dict[str, object]] = []
+    if chat:
+        out.append({"object": obj, "model": "tiny", "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+             "finish_reason": None}], "prompt_token_ids": None})
+    for n, p in enumerate(pieces):
+        end = n == len(pieces) - 1
+        choice: dict[str, object] = {"index": 0, "delta": {"content": p}} if chat \
+            else {"index": 0, "text": p}
+        choice.update(logprobs=None, finish_reason=finish if end else None)
+        if end or not chat:
+            choice["stop_reason"] = None
+        if not chat:
+            choice["prompt_token_ids"] = None
+        choice["token_ids"] = None
+        out.append({"object": obj, "model": "tiny", "choices": [choice]})
+    out.append({"object": obj, "model": "tiny", "choices": [], "usage": {
+        "prompt_tokens": 7, "total_tokens": 7 + len(pieces), "completion_tokens": len(pieces)},
+        "system_fingerprint": "fp"})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["chat", "completions"])
+def test_a_streamed_cut_is_the_stored_stream_cut_as_vllm_streams_it(kind: str) -> None:
+    """What vLLM streams for max_tokens=2 is its stream for 4 tokens cut after the second token
+    chunk: the same chunks, one a token (before, the cut was re-chunked at word boundaries:
+    ' a b' came as ' a ' and 'b', chunks vLLM never sends)."""
+    pieces = (" a", " b", " c", " d")
+    e = Entry(exact="x", partition="p", namespace="tiny", kind=kind, text="q", max_tokens=4,
+              answer=answer("".join(pieces), finish="length", tokens=4), pieces=pieces)
+    if kind == "completions":
+        choice = e.answer["choices"][0]
+        choice["text"] = choice.pop("message")["content"]
+    e.events = orjson.dumps(vllm_chunks(kind, pieces, "length"))
+    got = answered(e, 2, True)
+    assert got is not None
+    assert got[1] == vllm_chunks(kind, pieces[:2], "length")

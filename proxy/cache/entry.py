@@ -135,10 +135,64 @@ def answered(entry: Entry, max_tokens: int | None, streams: bool,
     answer = serve(entry, max_tokens, count)
     if answer is None or not streams:
         return None if answer is None else (answer, None)
+    if entry.events is not None and not whole(entry, max_tokens):
+        # a cut of a stored stream: vLLM's own chunks, one a token, up to the limit (found by
+        # a review: the cut was re-chunked at word boundaries, where vLLM's never split)
+        stored = chunks(entry)
+        cut = None if stored is None or max_tokens is None \
+            else cut_chunks(entry.kind, stored, max_tokens, _text(answer))
+        if cut is not None:
+            return answer, cut
     if entry.events is None or not whole(entry, max_tokens):
         return (answer, None) if synthesizable(answer) else None
     replay = chunks(entry)
     return None if replay is None else (answer, replay)
+
+
+def cut_chunks(kind: str, stored: Chunks, max_tokens: int, text: Any) -> Chunks | None:
+    """The stored stream as vLLM streams the first `max_tokens` of it: the chunks before the
+    content (chat's role chunk), the first `max_tokens` content chunks (`serve` cuts only an
+    answer streamed one token a chunk), the last of them ending the answer as vLLM ends one at
+    its limit (finish_reason "length", stop_reason null), then the usage chunk with the cut's
+    counts. None when the chunks do not say the cut's `text` (the answer `serve` made)."""
+    holder = "delta" if kind == "chat" else None
+    field = "content" if kind == "chat" else "text"
+    out: Chunks = []
+    said: list[str] = []
+    for chunk in stored:
+        choices = chunk.get("choices") or []
+        if not choices:
+            usage = chunk.get("usage")
+            if isinstance(usage, dict) and len(said) == max_tokens:
+                counts = {**usage, "completion_tokens": max_tokens}
+                if isinstance(usage.get("prompt_tokens"), int):
+                    counts["total_tokens"] = usage["prompt_tokens"] + max_tokens
+                out.append({**chunk, "usage": counts})
+            continue
+        if len(said) == max_tokens or len(choices) != 1:
+            continue
+        choice = choices[0]
+        piece = (choice.get(holder) or {}) if holder else choice
+        content = piece.get(field) if isinstance(piece, dict) else None
+        if not content:  # the role chunk (content ""): before the first token
+            if said:
+                return None
+            out.append(chunk)
+            continue
+        said.append(content)
+        if len(said) < max_tokens:
+            out.append(chunk)
+            continue
+        last: dict[str, Any] = {}
+        for key, value in choice.items():
+            if key != "stop_reason":
+                last[key] = value
+            if key == "finish_reason":
+                last.update(finish_reason="length", stop_reason=None)
+        last.setdefault("finish_reason", "length")
+        last.setdefault("stop_reason", None)
+        out.append({**chunk, "choices": [last]})
+    return out if len(said) == max_tokens and "".join(said) == text else None
 
 
 def chunks(entry: Entry) -> Chunks | None:
