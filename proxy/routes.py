@@ -51,6 +51,18 @@ async def models(request: Request) -> Response:
     return response
 
 
+async def version(request: Request) -> Response:
+    """vLLM's GET /version, passed through (found by a review: a 404 here, where vLLM answers
+    {"version": "0.32.0"}). Open, as vLLM's is: its API key guards only /v1 paths."""
+    d = _deps(request)
+    try:
+        response = json_response(await d.upstream.fetch("GET", "/version", wait=METADATA_WAIT))
+    except ProxyError as err:
+        response = error_response(err)
+    d.metrics.requests.labels("/version", str(response.status_code)).inc()
+    return response
+
+
 async def health(request: Request) -> Response:
     return json_response(b'{"status":"ok"}')
 
@@ -130,6 +142,7 @@ ROUTES = [
     Route("/v1/completions", completions, methods=["POST"]),
     get_only("/v1/models", models),
     get_only("/health", health),
+    get_only("/version", version),
     get_only("/ready", ready),
     Route("/metrics", metrics, methods=["GET"]),  # HEAD too: vLLM's /metrics answers it (200)
     get_only("/admin/cache/stats", cache_stats),

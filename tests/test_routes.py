@@ -31,7 +31,8 @@ async def test_operator_endpoints_are_open_without_a_key() -> None:
         assert (await c.get("/ready")).status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/health", "/ready", "/admin/cache/stats"])
+@pytest.mark.parametrize("path", ["/v1/models", "/health", "/version", "/ready",
+                                  "/admin/cache/stats"])
 async def test_head_on_a_get_route_is_405_as_vllm_answers_it(path: str) -> None:
     # vLLM 0.32's app (build_app, FastAPI routes) answers HEAD /v1/models, /health, /version
     # with 405 and `allow: GET`; Starlette's GET routes answered HEAD (and HEAD /v1/models
@@ -55,3 +56,13 @@ async def test_a_wrong_method_names_the_allowed_one() -> None:
         wrong = await c.post("/v1/models")
     assert wrong.status_code == 405 and wrong.headers["allow"] == "GET"
     assert wrong.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_version_is_vllms() -> None:
+    # vLLM answers GET /version with its version (no API key needed); the proxy said 404
+    fake = FakeVllm()
+    s = Settings(upstreams=("http://vllm:8000",), cache="off", api_keys=("k",))
+    async with proxy_client(s, transport=fake.transport) as c:
+        got = await c.get("/version")
+    assert got.status_code == 200 and got.json() == {"version": "0.32.0"}
+    assert got.headers["content-type"] == "application/json"

@@ -157,6 +157,8 @@ class FakeVllm:
         path = "/" + url.split("/", 3)[3].split("?")[0] if url.count("/") >= 3 else "/"
         if path == "/health":
             return FakeReply(200)
+        if path == "/version":
+            return FakeReply(200, json_body={"version": "0.32.0"})
         if path == "/v1/models":
             return FakeReply(200, json_body={"object": "list", "data": [
                 {"id": self.model, "object": "model", "root": self.root,
