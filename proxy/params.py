@@ -61,9 +61,12 @@ _Prompt = list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=
 _Seed = Annotated[int, Field(ge=-_INT64, le=_INT64 - 1)]
 
 
-class _Chat(BaseModel):
+# The two requests share their sampling fields and their tail. pydantic orders a model's fields
+# by its bases, the last first, then its own: _Chat reads _ChatHead's, _Sampling's, echo, then
+# _Tail's, as vLLM does (tests/test_params.py pins both orders).
+class _ChatHead(BaseModel):
     """vLLM's ChatCompletionRequest, the fields the proxy reads, in vLLM's order (its first
-    error names the `param`)."""
+    error names the `param`): those before the sampling fields."""
     model_config = ConfigDict(extra="ignore")
     messages: list[_Message]
     model: str | None = None
@@ -73,29 +76,11 @@ class _Chat(BaseModel):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     n: int | None = None
-    presence_penalty: float | None = None
-    seed: _Seed | None = None
-    stop: str | list[str] | None = None
-    stream: bool | None = None
-    stream_options: _StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    user: str | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    ignore_eos: bool | None = None
-    min_tokens: int | None = None
-    echo: bool | None = None
-    # outside the cache key (effective.NEUTRAL): a hit must refuse what vLLM refuses (a review)
-    priority: _Seed = 0
-    request_id: str = ""
-    session_id: str | None = None
-    stream_interval: Annotated[int, Field(ge=1)] | None = None
 
 
-class _Completions(BaseModel):
-    """vLLM's CompletionRequest, the fields the proxy reads, in vLLM's order."""
+class _CompletionsHead(BaseModel):
+    """vLLM's CompletionRequest, the fields the proxy reads, in vLLM's order: those before the
+    sampling fields."""
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
     prompt: _Prompt = None
@@ -105,6 +90,11 @@ class _Completions(BaseModel):
     logprobs: int | None = None
     max_tokens: int | None = None
     n: int = 1  # chat's may be null, completions' not
+
+
+class _Sampling(BaseModel):
+    """The fields both requests declare alike, in the same order, after their heads."""
+    model_config = ConfigDict(extra="ignore")
     presence_penalty: float | None = None
     seed: _Seed | None = None
     stop: str | list[str] | None = None
@@ -118,10 +108,28 @@ class _Completions(BaseModel):
     repetition_penalty: float | None = None
     ignore_eos: bool | None = None
     min_tokens: int | None = None
+
+
+class _Tail(BaseModel):
+    """The fields both requests end with, outside the cache key (effective.NEUTRAL): a hit must
+    refuse what vLLM refuses (a review)."""
+    model_config = ConfigDict(extra="ignore")
     priority: _Seed = 0
     request_id: str = ""
     session_id: str | None = None
     stream_interval: Annotated[int, Field(ge=1)] | None = None
+
+
+class _ChatSampling(_Sampling, _ChatHead):
+    echo: bool | None = None  # chat's comes after the sampling fields
+
+
+class _Chat(_Tail, _ChatSampling):
+    pass
+
+
+class _Completions(_Tail, _Sampling, _CompletionsHead):
+    pass
 
 
 _MODELS: dict[Kind, type[BaseModel]] = {"chat": _Chat, "completions": _Completions}

@@ -313,3 +313,19 @@ async def test_max_tokens_past_64_bits_is_refused_like_any_other_past_the_contex
                     f"{field}={value} cannot be greater than max_model_len=")
                 assert r.json()["error"]["param"] == field
     assert fake.completions(PATHS["chat"]) == []
+
+
+def test_fields_are_in_vllms_order() -> None:
+    # the first error names the `param`: the models' shared bases must keep vLLM's order
+    from proxy.params import _Chat, _Completions
+
+    sampling = ["presence_penalty", "seed", "stop", "stream", "stream_options", "temperature",
+                "top_p", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
+                "min_tokens"]
+    tail = ["priority", "request_id", "session_id", "stream_interval"]
+    assert list(_Chat.model_fields) == [
+        "messages", "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens",
+        "max_completion_tokens", "n", *sampling, "echo", *tail]
+    assert list(_Completions.model_fields) == [
+        "model", "prompt", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens",
+        "n", *sampling, *tail]
