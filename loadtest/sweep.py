@@ -287,11 +287,7 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
             pt = run(rate, "ladder")
             if pt["saturated"] and (not slo or pt["behind"] or not pt["meets_slo"]):
                 break
-        first_sat = next((p["offered_rate"] for p in points if p["saturated"]), None)
-        # the knee is the last ladder rate before saturation: unknown when none saturated
-        knee = max((p["offered_rate"] for p in points
-                    if not p["saturated"] and p["offered_rate"] < first_sat),
-                   default=None) if first_sat is not None else None
+        knee, first_sat = knee_of(points, "offered_rate")
         goodput = _bisect(a, slo, points, run) if slo else None
     except KeyboardInterrupt:
         save_interrupted(out, {"points": points})
@@ -314,20 +310,36 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
     return summary
 
 
-def bracketed(points: list[dict[str, Any]], goodput: float | None) -> bool:
-    """Some rate above the goodput missed the SLO (a miss below it bounds nothing)."""
-    return any(not p["meets_slo"] and (goodput is None or p["offered_rate"] > goodput)
-               for p in points)
+def knee_of(points: list[dict[str, Any]], key: str) -> tuple[Any, Any]:
+    """(knee, first saturated level) of a ladder's points, levels read at `key`: the knee is
+    the highest unsaturated level below the first saturated one, unknown when none saturated."""
+    first_sat = next((p[key] for p in points if p["saturated"]), None)
+    if first_sat is None:
+        return None, None
+    return max((p[key] for p in points if not p["saturated"] and p[key] < first_sat),
+               default=None), first_sat
+
+
+def bracketed(points: list[dict[str, Any]], goodput: float | None,
+              key: str = "offered_rate") -> bool:
+    """Some level above the goodput missed the SLO (a miss below it bounds nothing)."""
+    return any(not p["meets_slo"] and (goodput is None or p[key] > goodput) for p in points)
+
+
+def slo_bracket(points: list[dict[str, Any]], key: str) -> tuple[Any, Any]:
+    """The highest level (at `key`) that met the SLO and the lowest above it that missed it."""
+    lo = max((p[key] for p in points if p["meets_slo"]), default=None)
+    hi = min((p[key] for p in points if not p["meets_slo"] and (lo is None or p[key] > lo)),
+             default=None)
+    return lo, hi
 
 
 def _bisect(a: argparse.Namespace, slo: dict[str, float], points: list[dict[str, Any]],
             run: Callable[[float, str], dict[str, Any]]) -> float | None:
-    good = [float(p["offered_rate"]) for p in points if p["meets_slo"]]
-    bad = [float(p["offered_rate"]) for p in points if not p["meets_slo"]]
-    lo = max(good, default=None)
-    hi = min((r for r in bad if lo is None or r > lo), default=None)
+    lo, hi = slo_bracket(points, "offered_rate")
     if lo is None or hi is None:
-        return lo
+        return None if lo is None else float(lo)
+    lo, hi = float(lo), float(hi)
     for _ in range(a.bisect_steps):
         mid = (lo + hi) / 2
         if run(mid, "bisect")["meets_slo"]:

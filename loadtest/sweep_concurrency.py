@@ -24,12 +24,15 @@ from loadtest.sweep import (
     Measure,
     _measure,
     _plot,
+    bracketed,
     knee_line,
+    knee_of,
     levels,
     meets,
     parse_slo,
     point_args,
     save_interrupted,
+    slo_bracket,
 )
 
 MIN_GAIN = 1.10  # throughput of a point against the previous one's
@@ -86,17 +89,12 @@ def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dic
             # with an SLO, queueing past the knee that the SLO allows is still goodput
             if pt["saturated"] and (not slo or not pt["meets_slo"]):
                 break
-        sat = next((p["concurrency"] for p in points if p["saturated"]), None)
-        knee = max((p["concurrency"] for p in points
-                    if not p["saturated"] and p["concurrency"] < sat),
-                   default=None) if sat is not None else None
+        knee, sat = knee_of(points, "concurrency")
         goodput = _bisect(slo, points, run) if slo else None
     except KeyboardInterrupt:
         save_interrupted(out, {"mode": "concurrency", "points": points})
         raise
-    # bracketed: some level above the goodput missed the SLO
-    bounded = any(not p["meets_slo"] and (goodput is None or p["concurrency"] > goodput)
-                  for p in points) if slo else None
+    bounded = bracketed(points, goodput, "concurrency") if slo else None
     summary = {"mode": "concurrency", "points": points, "knee_concurrency": knee,
                "saturation_concurrency": sat,
                "slo": slo, "goodput_concurrency": goodput, "goodput_bounded": bounded}
@@ -114,12 +112,9 @@ def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dic
 
 
 def _bisect(slo: dict[str, float], points: list[dict[str, Any]], run: Any) -> int | None:
-    good = [p["concurrency"] for p in points if p["meets_slo"]]
-    lo = max(good, default=None)
-    hi = min((p["concurrency"] for p in points
-              if not p["meets_slo"] and (lo is None or p["concurrency"] > lo)), default=None)
+    lo, hi = slo_bracket(points, "concurrency")
     if lo is None or hi is None:
-        return lo
+        return None if lo is None else int(lo)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if run(mid, "bisect")["meets_slo"]:
