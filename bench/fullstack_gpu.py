@@ -236,9 +236,9 @@ def report(a: argparse.Namespace) -> str:
 def plot(a: argparse.Namespace, path: Path) -> Path:
     """TTFT p99 from arrival (for older points its upper bound) against the offered rate, every
     sweep point, one line per sweep."""
-    from bench.plots import _plt
+    from loadtest.plots import pyplot, save
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for folder in sorted(a.results.glob("r*-*/")):
         m = FOLDER.fullmatch(folder.name)
@@ -265,9 +265,7 @@ def plot(a: argparse.Namespace, path: Path) -> Path:
     ax.set_title(f"Full stack vs vLLM alone, {a.title}", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, plt)
     return path
 
 

@@ -5,16 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loadtest.plots import pyplot, save
+
 COLORS = {"bare": "#999999", "ours": "#1f77b4", "litellm": "#d62728", "ours-2w": "#2ca02c"}
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _bars(ax: Any, groups: list[str], series: dict[str, list[float]], title: str,
@@ -39,7 +32,7 @@ def _bars(ax: Any, groups: list[str], series: dict[str, list[float]], title: str
 
 
 def overhead_plots(doc: dict[str, Any], out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     add = doc["added"]
     targets = [t for t in ("bare", "ours", "litellm") if t in add]
@@ -57,11 +50,7 @@ def overhead_plots(doc: dict[str, Any], out: Path) -> list[str]:
           "Added TTFT, streaming c=1", "ms added vs direct (log)", log=True)
     _bars(axes[2], groups[4:], {t: v[4:] for t, v in series.items()},
           "Added TTFT, streaming c=16", "ms added vs direct (log)", log=True)
-    fig.tight_layout()
-    path = out / "overhead-latency.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save(fig, out / "overhead-latency.png", plt))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     names = [t for t in ("bare", "ours", "ours-2w", "litellm") if t in add]
@@ -75,16 +64,12 @@ def overhead_plots(doc: dict[str, Any], out: Path) -> list[str]:
                  fontsize=10)
     ax.set_ylabel("req/s")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "overhead-throughput.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save(fig, out / "overhead-throughput.png", plt))
     return paths
 
 
 def cache_plots(doc: dict[str, Any], out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     px, em, ix = doc.get("proxy", {}), doc.get("embed", {}), doc.get("index", {})
@@ -104,11 +89,7 @@ def cache_plots(doc: dict[str, Any], out: Path) -> list[str]:
         ax.set_title("Cache hit latency through the proxy", fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out / "cache-hits.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(save(fig, out / "cache-hits.png", plt))
     if em or ix:
         fig, axes = plt.subplots(1, 2, figsize=(12, 4))
         if em:
@@ -143,9 +124,5 @@ def cache_plots(doc: dict[str, Any], out: Path) -> list[str]:
             axes[1].set_title("Vector search: flat vs HNSW (dim 384, top 4)", fontsize=10)
             axes[1].legend(fontsize=8)
             axes[1].grid(alpha=0.3)
-        fig.tight_layout()
-        path = out / "cache-embed-index.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(save(fig, out / "cache-embed-index.png", plt))
     return paths

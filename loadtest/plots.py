@@ -10,7 +10,7 @@ import numpy as np
 from loadtest.stats import p_word
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,7 +38,7 @@ def bars(ax: Any, names: list[str], series: dict[str, list[float]], title: str,
 
 def write_all(entries: list[tuple[str, dict[str, Any]]], out: Path,
               percentiles: list[float]) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     names = [n for n, _ in entries]
     res = [r for _, r in entries]
     paths = []
@@ -49,7 +49,7 @@ def write_all(entries: list[tuple[str, dict[str, Any]]], out: Path,
     bars(axes[1], names, {"output": [r.get("output_throughput", 0) for r in res],
                           "total": [r.get("total_token_throughput", 0) for r in res]},
          "Token throughput", "tokens / s")
-    paths.append(_save(fig, out / "throughput.png", plt))
+    paths.append(save(fig, out / "throughput.png", plt))
 
     stats = ["mean", "median"] + [f"p{p_word(p)}" for p in percentiles if p != 50]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -57,7 +57,7 @@ def write_all(entries: list[tuple[str, dict[str, Any]]], out: Path,
                          (axes[1], "tpot", "Time per output token")):
         bars(ax, names, {s: [r.get(f"{s}_{m}_ms") or 0 for r in res] for s in stats},
              title, "ms")
-    paths.append(_save(fig, out / "latency.png", plt))
+    paths.append(save(fig, out / "latency.png", plt))
 
     if any((r.get("cache") or {}).get("hits") for r in res):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -67,11 +67,11 @@ def write_all(entries: list[tuple[str, dict[str, Any]]], out: Path,
             wrong = (r.get("cache") or {}).get("wrong_cached_answers")
             if wrong:
                 ax.annotate(f"{wrong} wrong", (i, 2), ha="center", color="red", fontsize=8)
-        paths.append(_save(fig, out / "cache.png", plt))
+        paths.append(save(fig, out / "cache.png", plt))
     return paths
 
 
-def _save(fig: Any, path: Path, plt: Any) -> str:
+def save(fig: Any, path: Path, plt: Any) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -351,9 +351,9 @@ def _bisect(a: argparse.Namespace, slo: dict[str, float], points: list[dict[str,
 
 def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
           goodput: float | None, xlabel: str = "offered request rate (req/s)") -> Path:
-    from loadtest.plots import _plt
+    from loadtest.plots import pyplot, save
 
-    plt = _plt()
+    plt = pyplot()
     pts = sorted(points, key=lambda p: p["offered_rate"])
     x = [p["offered_rate"] for p in pts]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -379,7 +379,5 @@ def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
             ax.axvline(goodput, color="green", alpha=0.4, label=f"goodput {goodput:g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, plt)
     return path
