@@ -120,6 +120,19 @@ def added(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# (label, numerator target, denominator target, run, metric): each reported when both ran
+RATIOS = (
+    ("ours/bare added json c1 p50", "ours", "bare", "json_c1", "e2el_p50_ms"),
+    ("ours/bare max rps", "ours", "bare", "json_sat", "rps"),
+    ("ours/bare added ttft c16 p50", "ours", "bare", "stream_c16", "ttft_p50_ms"),
+    ("litellm/ours added json c1 p50", "litellm", "ours", "json_c1", "e2el_p50_ms"),
+    ("ours/litellm max rps", "ours", "litellm", "json_sat", "rps"),
+    ("litellm/ours added ttft c16 p50", "litellm", "ours", "stream_c16", "ttft_p50_ms"),
+    ("litellm/ours added ttft c16 p99", "litellm", "ours", "stream_c16", "ttft_p99_ms"),
+    ("ours 2 workers / 1 worker max rps", "ours-2w", "ours", "json_sat", "rps"),
+)
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b > 0 else "n/a"
 
@@ -136,26 +149,8 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
               f"{g('json_sat', 'e2el_p50_ms'):12.2f} {g('json_sat', 'e2el_p99_ms'):7.2f} "
               f"{g('json_sat', 'rps'):8.0f} {g('stream_c1', 'ttft_p50_ms'):11.2f} "
               f"{g('stream_c16', 'ttft_p50_ms'):12.2f} {g('stream_c16', 'ttft_p99_ms'):7.2f}")
-    ratios: dict[str, str] = {}
-    if "ours" in add and "bare" in add:
-        o, b = add["ours"], add["bare"]
-        ratios["ours/bare added json c1 p50"] = _ratio(o["json_c1"]["e2el_p50_ms"],
-                                                       b["json_c1"]["e2el_p50_ms"])
-        ratios["ours/bare max rps"] = _ratio(o["json_sat"]["rps"], b["json_sat"]["rps"])
-        ratios["ours/bare added ttft c16 p50"] = _ratio(o["stream_c16"]["ttft_p50_ms"],
-                                                        b["stream_c16"]["ttft_p50_ms"])
-    if "ours" in add and "litellm" in add:
-        o, ll = add["ours"], add["litellm"]
-        ratios["litellm/ours added json c1 p50"] = _ratio(ll["json_c1"]["e2el_p50_ms"],
-                                                          o["json_c1"]["e2el_p50_ms"])
-        ratios["ours/litellm max rps"] = _ratio(o["json_sat"]["rps"], ll["json_sat"]["rps"])
-        ratios["litellm/ours added ttft c16 p50"] = _ratio(ll["stream_c16"]["ttft_p50_ms"],
-                                                           o["stream_c16"]["ttft_p50_ms"])
-        ratios["litellm/ours added ttft c16 p99"] = _ratio(ll["stream_c16"]["ttft_p99_ms"],
-                                                           o["stream_c16"]["ttft_p99_ms"])
-    if "ours-2w" in add and "ours" in add:
-        ratios["ours 2 workers / 1 worker max rps"] = _ratio(add["ours-2w"]["json_sat"]["rps"],
-                                                             add["ours"]["json_sat"]["rps"])
+    ratios = {label: _ratio(add[num][run][key], add[den][run][key])
+              for label, num, den, run, key in RATIOS if num in add and den in add}
     print("\nratios")
     for k, v in ratios.items():
         print(f"  {k:40} {v}")
