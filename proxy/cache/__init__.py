@@ -2,7 +2,8 @@
 
 `open_cache()` builds it from the app's settings in the app's lifespan; nothing loads at import:
 importing this package (or a light module of it, such as `store`) pulls in no faiss, numpy or
-torch, so a proxy with `PROXY_CACHE=off` runs on a host without them.
+torch, so a proxy with `PROXY_CACHE=off` runs on a host without them, and one with
+`PROXY_CACHE=exact` imports none of them either (only the semantic tier needs them).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
     share one (a shared judge keeps the threshold it was opened with).
     """
     from proxy.cache.config import CacheConfig
-    from proxy.cache.embedder import Embedder
-    from proxy.cache.judge import Judge
     from proxy.cache.lookup import SemanticCache
     from proxy.cache.metrics import CacheMetrics
     from proxy.cache.store import MemoryStore, Store
@@ -44,9 +43,13 @@ async def open_cache(settings: Any = None, registry: CollectorRegistry | None = 
         return None
     metrics = CacheMetrics(registry)
     if cfg.mode == "semantic" and embedder is None:
+        from proxy.cache.embedder import Embedder
+
         embedder = await Embedder.load(cfg.embed_model, cfg.embed_threads,
                                         cfg.embed_backend)
     if cfg.mode == "semantic" and judge is None:
+        from proxy.cache.judge import Judge
+
         judge = await Judge.load(cfg.max_false_hit_rate, cfg.judge_dir, cfg.judge_threads)
     store: Store
     claims = None

@@ -17,21 +17,23 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.cache.claims import Claims, NoClaims
 from proxy.cache.config import CacheConfig
-from proxy.cache.embedder import Embedder, Vector
 from proxy.cache.entry import Entry, answered, storable
 from proxy.cache.flight import Flight
-from proxy.cache.index import VectorIndex
-from proxy.cache.judge import Judge
 from proxy.cache.keys import RequestKeys, request_keys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.store import Store, StoreUnavailable
 from proxy.cache.verify import check
 from proxy.effective import uncacheable
 from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, TextCounter
+
+if TYPE_CHECKING:  # the semantic tier's (numpy, faiss): imported when it is on
+    from proxy.cache.embedder import Embedder, Vector
+    from proxy.cache.index import VectorIndex
+    from proxy.cache.judge import Judge
 
 
 @dataclass(slots=True)
@@ -58,7 +60,11 @@ class SemanticCache:
         self.claims: Claims = claims if claims is not None else NoClaims()
         self.judge = judge
         self.count = count
-        self.index = VectorIndex(embedder.dim) if embedder is not None else None
+        self.index: VectorIndex | None = None
+        if embedder is not None:
+            from proxy.cache.index import VectorIndex
+
+            self.index = VectorIndex(embedder.dim)
         self._identity = embedder.identity if embedder is not None else "none"
         self._flights = _Flights()
 
