@@ -454,7 +454,8 @@ async def test_no_one_joins_a_stream_that_is_being_stopped(
             return resp.headers["x-cache"], got
 
         asking = asyncio.create_task(twin())
-        await asyncio.sleep(0.3)                         # time to join, if it can
+        async with asyncio.timeout(20):                  # it goes upstream, not into the flight
+            await fake.arrived(2)                        # while the stop is still held open
         proceed.set()
         resume.set()
         _, got = await asking

@@ -68,12 +68,15 @@ async def test_cancel_stops_a_running_call_and_closes_a_finished_one():
     await asyncio.wait_for(running.cancel(), 5)
     assert closed == []
 
+    returned = asyncio.Event()
+
     async def quick() -> str:
+        returned.set()  # the call's task ends in this same step: no await before the return
         return "stream"
 
     finished = Hedge(quick, close, m)
     finished()
-    await asyncio.sleep(0.01)
+    await returned.wait()
     await finished.cancel()
     assert closed == ["stream"] and counted(m, "cancelled") == 2
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support.procs import REPO, ensure_tiny_model, free_port, wait_http
+from tests.support.reliability import wait_for
 
 pytestmark = pytest.mark.slow
 CHAT = "/v1/chat/completions"
@@ -79,16 +81,31 @@ def stream_in_thread(url: str, tokens: int, out: dict[str, object],
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
+    wait_for(lambda: _in_flight(url), "the request in flight upstream")
     return t
+
+
+def _in_flight(url: str) -> bool:
+    lines = httpx.get(url + "/metrics", timeout=10).text.splitlines()
+    return any(line.startswith("proxy_inflight_requests ") and float(line.split()[1]) >= 1
+               for line in lines)
+
+
+def _refusing(url: str) -> bool:
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def test_sigterm_stops_accepting_finishes_streams_and_exits(proxy):
     url, proc = proxy
     out: dict[str, object] = {}
     t = stream_in_thread(url, 30, out)  # ~3 s of tokens
-    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    wait_for(lambda: _refusing(url), "the listening socket closed", 2.0)
     with pytest.raises(httpx.ConnectError):  # no longer accepting
         httpx.post(url + CHAT, json={"model": "mock", "messages": [
             {"role": "user", "content": "late"}]}, timeout=5)
@@ -102,7 +119,6 @@ def test_shutdown_is_bounded_when_a_stream_outlasts_the_grace_period(proxy):
     url, proc = proxy
     out: dict[str, object] = {}
     t = stream_in_thread(url, 3000, out)  # ~300 s of tokens
-    time.sleep(1.0)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(40)
@@ -119,7 +135,6 @@ def test_a_json_request_cut_at_shutdown_is_an_openai_503(proxy):
     url, proc = proxy
     out: dict[str, object] = {}
     t = stream_in_thread(url, 3000, out, stream=False)  # answered after ~300 s
-    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(40) in (*CLEAN, 1)
     t.join(10)
