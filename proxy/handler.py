@@ -228,9 +228,9 @@ class CompletionHandler:
             assert result.answer is not None
             return JsonAnswer(orjson.dumps(result.answer), headers, **self._send_limits(),
                               on_sent=self._sent(trace))
-        else:
-            assert result.answer is not None
-            events = replay_stream(replay(kind, result.answer, usage, result.events))
+        else:  # a stream's hit is always vLLM's chunks (cache/entry.py: answered)
+            assert result.events is not None
+            events = replay_stream(replay(kind, usage, result.events))
         return RelayResponse(events, self._closer(trace, leave), headers=_sse(headers),
                              **self._send_limits())
 

@@ -1,8 +1,7 @@
-"""OpenAI streaming shapes: fold a stream into one completion body, and unfold one back."""
+"""OpenAI streaming shapes: fold a stream into one completion body, and replay a stored one."""
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,7 +12,6 @@ import orjson
 from proxy.types import Chunks, Completion, Kind
 
 DONE = b"data: [DONE]\n\n"
-_PIECE = re.compile(r"\s*\S+\s*|\s+")
 
 
 def event(obj: dict[str, Any]) -> bytes:
@@ -147,23 +145,12 @@ class Accumulator:
                 "prompt_token_ids": self.prompt_ids.get(i), "routed_experts": None}
 
 
-def pieces_of(text: str) -> list[str]:
-    return _PIECE.findall(text) or [text]
-
-
-def replay(kind: Kind, answer: dict[str, Any], include_usage: bool,
-           events: Chunks | None = None) -> Iterator[bytes]:
-    """A cached answer as a stream: vLLM's own chunks when it was stored from a stream (new id
-    and created; parsed and checked by the lookup, cache/entry.py's `chunks`), else chunks
-    shaped as vLLM's (the text re-split at word boundaries: a JSON answer does not say where
-    its tokens were)."""
-    chat = kind == "chat"
-    head = replay_head(kind)
-    if events is not None:
-        yield from _replayed(head, events, include_usage)
-        return
-    yield from _synthesized(chat, {**head, "model": answer.get("model")}, answer,
-                            include_usage)
+def replay(kind: Kind, include_usage: bool, events: Chunks) -> Iterator[bytes]:
+    """A cached answer as a stream: vLLM's own chunks, stored from its stream (cut at a
+    shorter limit by the lookup), with a new id and created; parsed and checked by the lookup
+    (cache/entry.py's `answered`). A stream is never made from a JSON answer: it does not say
+    where vLLM's tokens were, so its chunks would not be vLLM's (such a request is a miss)."""
+    yield from _replayed(replay_head(kind), events, include_usage)
 
 
 def _replayed(head: dict[str, Any], events: list[dict[str, Any]],
@@ -195,39 +182,3 @@ def reframe(head: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
     return {"id": head["id"], "object": ev.get("object", head["object"]),
             "created": head["created"],
             **{k: v for k, v in ev.items() if k not in ("object", "id", "created")}}
-
-
-def _synthesized(chat: bool, head: dict[str, Any], answer: dict[str, Any],
-                 include_usage: bool) -> Iterator[bytes]:
-    for choice in answer.get("choices") or ():
-        i = choice.get("index", 0)
-        if chat:
-            yield event({**head, "choices": [{"index": i, "delta": {"role": "assistant",
-                         "content": ""}, "logprobs": None, "finish_reason": None}],
-                         "prompt_token_ids": answer.get("prompt_token_ids"),
-                         "prompt_text": answer.get("prompt_text")})
-            text = (choice.get("message") or {}).get("content") or ""
-        else:
-            text = choice.get("text") or ""
-        pieces = pieces_of(text) if text else [""]
-        for n, piece in enumerate(pieces):
-            last = n == len(pieces) - 1
-            out: dict[str, Any] = {"index": i, "delta": {"content": piece}} if chat else {
-                "index": i, "text": piece}
-            out.update({"logprobs": None,
-                        "finish_reason": choice.get("finish_reason") if last else None})
-            if last or not chat:
-                out["stop_reason"] = choice.get("stop_reason") if last else None
-            if not chat:
-                out["prompt_token_ids"] = None
-            out["token_ids"] = None
-            tail = {"system_fingerprint": answer.get("system_fingerprint")} \
-                if last and not include_usage and answer.get("system_fingerprint") else {}
-            yield event({**head, "choices": [out], **tail})
-    usage = answer.get("usage")
-    if include_usage and usage:
-        counts = {k: usage.get(k) for k in ("prompt_tokens", "total_tokens",
-                                             "completion_tokens")}
-        yield event({**head, "choices": [], "usage": counts,
-                     "system_fingerprint": answer.get("system_fingerprint")})
-    yield DONE

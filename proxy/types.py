@@ -63,8 +63,8 @@ class CacheResult:
     similarity: float | None = None
     answer: dict[str, Any] | None = None  # full non-streaming OpenAI body, on a hit
     ticket: object | None = None  # opaque, handed back to store()/abandon() on a miss
-    # on a stream's hit from a streamed answer: vLLM's own chunks (without id/created),
-    # parsed and checked by the lookup, replayed as they are
+    # on a stream's hit (always from a streamed answer): vLLM's own chunks (without
+    # id/created), parsed and checked by the lookup, replayed as they are
     events: Chunks | None = None
     live: LiveStream | None = None  # tier "flight": the identical stream in flight to follow
 

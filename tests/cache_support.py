@@ -6,6 +6,8 @@ import functools
 import os
 from typing import Any
 
+import orjson
+
 from proxy.cache.embedder import Embedder, default_model_path
 from proxy.cache.judge import Judge
 from proxy.types import CacheRequest, Completion
@@ -60,6 +62,28 @@ def answer(text: str, *, finish: str = "stop", tokens: int = 3) -> dict[str, Any
 
 
 def completion(text: str, *, finish: str = "stop", pieces: tuple[str, ...] | None = None,
-               tokens: int | None = None) -> Completion:
+               tokens: int | None = None, streamed: bool = False) -> Completion:
+    """A chat answer; `streamed`: with its stream's chunks too (vLLM's, one a piece, or the
+    text as one chunk without pieces), as the cache stores a streamed miss."""
     n = tokens if tokens is not None else (len(pieces) if pieces else 3)
-    return Completion(body=answer(text, finish=finish, tokens=n), pieces=pieces)
+    body = answer(text, finish=finish, tokens=n)
+    return Completion(body=body, pieces=pieces,
+                      events=orjson.dumps(stream_of(body, pieces or (text,))) if streamed
+                      else None)
+
+
+def stream_of(body: dict[str, Any], pieces: tuple[str, ...]) -> list[dict[str, Any]]:
+    """vLLM's chat chunks for this answer (without id/created): role, one a piece, usage."""
+    head = {"object": "chat.completion.chunk", "model": body["model"]}
+    finish = body["choices"][0]["finish_reason"]
+    out: list[dict[str, Any]] = [{**head, "choices": [
+        {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+         "finish_reason": None}]}]
+    for n, piece in enumerate(pieces):
+        last = n == len(pieces) - 1
+        choice = {"index": 0, "delta": {"content": piece}, "logprobs": None,
+                  "finish_reason": finish if last else None}
+        if last:
+            choice["stop_reason"] = None
+        out.append({**head, "choices": [choice]})
+    return [*out, {**head, "choices": [], "usage": body["usage"]}]

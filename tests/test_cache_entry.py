@@ -164,3 +164,23 @@ def test_a_streamed_cut_is_the_stored_stream_cut_as_vllm_streams_it(kind: str) -
     got = answered(e, 2, True)
     assert got is not None
     assert got[1] == vllm_chunks(kind, pieces[:2], "length")
+
+
+def test_better_keeps_the_answer_with_the_streams_chunks() -> None:
+    """Where both answer the same requests, the entry with the stream's chunks is kept, as only
+    it answers a stream (a JSON answer is a stream's miss): before, a stop answer stored from
+    JSON stayed for good and every stream of it was a miss."""
+    def streamed(finish: str, tokens: int, max_tokens: int | None) -> Entry:
+        e = entry(finish, tokens, max_tokens, ("a", " b", " c"))
+        e.events = orjson.dumps(stream(("a", " b", " c"), finish))
+        return e
+
+    json_stop, json_cut = entry("stop", 3, 8), entry("length", 3, 3)
+    assert answered(json_stop, 8, True) is None and answered(json_stop, 8, False) is not None
+    assert better(streamed("stop", 3, 16), json_stop)
+    assert not better(entry("stop", 3, 16), streamed("stop", 3, 8))
+    assert not better(streamed("stop", 3, 16), streamed("stop", 3, 8))  # the older one stays
+    assert better(streamed("length", 3, 3), json_cut)
+    assert not better(json_cut, streamed("length", 3, 3))
+    assert better(entry("length", 3, 3), json_cut)  # as before: the newer one
+    assert not better(streamed("length", 3, 3), json_stop)  # answers other requests

@@ -82,10 +82,36 @@ async def test_streaming_followers_join_live_and_json_ones_wait(cache: SemanticC
     assert (joined.status, joined.tier) == ("hit", "flight") and joined.live is not None
     assert wake.followers == 1
     assert not waiter.done()
-    await cache.store(leader.ticket, completion("all of it"))
+    await cache.store(leader.ticket, completion("all of it", streamed=True))
     assert joined.live.state == "done"
     hit = await waiter
     assert (hit.status, hit.tier) == ("hit", "exact")
+
+
+async def test_a_stream_does_not_wait_for_a_json_leader_but_leads_the_streams(
+        cache: SemanticCache) -> None:
+    """A JSON answer does not answer a stream (entry.py: answered): a stream twin of a JSON
+    leader leads a flight of its own at once, which its stream twins follow, and JSON twins
+    still wait for the JSON leader."""
+    leader = await cache.lookup(chat("Both ways"))
+    assert leader.status == "miss"
+    stream = await cache.lookup(chat("Both ways", stream=True))
+    assert stream.status == "miss" and stream.ticket is not None   # led, not waiting
+    follower = asyncio.create_task(cache.lookup(chat("Both ways", stream=True)))
+    waiter = asyncio.create_task(cache.lookup(chat("Both ways")))
+    events: list[bytes] = []
+    wake = cache.share(stream.ticket, events)
+    assert wake is not None
+    events.append(b'{"choices": []}')
+    wake.wake()
+    joined = await follower
+    assert (joined.status, joined.tier) == ("hit", "flight")
+    await cache.store(leader.ticket, completion("all of it"))
+    hit = await waiter
+    assert (hit.status, hit.tier) == ("hit", "exact") and hit.events is None
+    await cache.store(stream.ticket, completion("all of it", streamed=True))
+    replayed = await cache.lookup(chat("Both ways", stream=True))
+    assert (replayed.status, replayed.tier) == ("hit", "exact") and replayed.events
 
 
 async def test_a_leader_that_fails_before_its_first_event_promotes_a_follower(
@@ -249,7 +275,7 @@ async def test_past_the_bound_a_new_follower_goes_upstream_itself() -> None:
 async def _until_done(live: Any, cache: SemanticCache, ticket: Any) -> AsyncIterator[bytes]:
     it = live.follow()
     yield await it.__anext__()
-    await cache.store(ticket, completion("all of it"))
+    await cache.store(ticket, completion("all of it", streamed=True))
     async for ev in it:
         yield ev
 
@@ -260,7 +286,7 @@ async def test_a_bound_of_zero_keeps_streaming_followers_waiting_for_the_store()
         leader = await cache.lookup(chat("No live", stream=True))
         follower = asyncio.create_task(cache.lookup(chat("No live", stream=True)))
         assert cache.share(leader.ticket, []) is None   # no flight to share with
-        await cache.store(leader.ticket, completion("all of it"))
+        await cache.store(leader.ticket, completion("all of it", streamed=True))
         hit = await follower
         assert (hit.status, hit.tier) == ("hit", "exact") and hit.live is None
     finally:

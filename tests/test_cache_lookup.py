@@ -5,6 +5,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -274,3 +275,34 @@ async def test_a_text_part_that_is_not_a_string_is_no_semantic_question(
         odd_parts = [parts[0], {"type": "text", "text": odd}]
         got = await cache.lookup(chat("", messages=[{"role": "user", "content": odd_parts}]))
         assert got.status == "miss", (odd, got.tier)
+
+
+async def test_a_stream_after_a_json_answer_is_a_miss_then_replays_its_own_chunks(
+        registry: CollectorRegistry) -> None:
+    """A stream is never made from a JSON answer (it was re-chunked at word boundaries: ' 1721 ',
+    '1027 ' where vLLM streams ' 1721', ' 1027'): the first stream after one is a miss, its
+    answer replaces the entry with its chunks, and the next stream replays them as they came."""
+    cache = await open_cache(registry=registry, config=CacheConfig(mode="exact"))
+    assert cache is not None
+    try:
+        first = await cache.lookup(chat("Count on", max_tokens=2))
+        await cache.store(first.ticket, completion(" 1721 1027", finish="length", tokens=2))
+        stream = await cache.lookup(chat("Count on", max_tokens=2, stream=True))
+        assert stream.status == "miss" and stream.ticket is not None
+        streamed = completion(" 1721 1027", finish="length", pieces=(" 1721", " 1027"),
+                              streamed=True)
+        await cache.store(stream.ticket, streamed)
+        assert metric(registry, "proxy_cache_stores_total", outcome="stored") == 2
+        again = await cache.lookup(chat("Count on", max_tokens=2, stream=True))
+        assert (again.status, again.tier) == ("hit", "exact")
+        assert streamed.events is not None and again.events == orjson.loads(streamed.events)
+        cut = await cache.lookup(chat("Count on", max_tokens=1, stream=True))
+        assert cut.status == "hit" and cut.events is not None  # the stored chunks, cut
+        assert [c["choices"][0]["delta"].get("content") for c in cut.events if c["choices"]] \
+            == ["", " 1721"]
+        json_hit = await cache.lookup(chat("Count on", max_tokens=2))
+        assert json_hit.status == "hit" and json_hit.events is None
+        assert json_hit.answer is not None
+        assert json_hit.answer["choices"][0]["message"]["content"] == " 1721 1027"
+    finally:
+        await cache.aclose()

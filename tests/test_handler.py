@@ -10,6 +10,7 @@ import pytest
 
 from proxy.settings import Settings
 from proxy.types import CacheRequest, CacheResult, Completion
+from tests.cache_support import stream_of
 from tests.support.fake_upstream import FakeVllm
 from tests.support.proxy_app import proxy_client
 
@@ -250,7 +251,9 @@ ANSWER = {"id": "c1", "object": "chat.completion", "created": 1, "model": "tiny"
 
 
 async def test_cache_hit_json_and_stream_replay(with_cache):
-    cache = FakeCache(CacheResult("hit", "semantic", 0.97, ANSWER))
+    # a stream's hit carries vLLM's stored chunks (a JSON hit ignores them)
+    cache = FakeCache(CacheResult("hit", "semantic", 0.97, ANSWER,
+                                  events=stream_of(ANSWER, ("Paris", " is", " nice."))))
     with_cache(cache)
     fake = FakeVllm()
     async with proxy_client(settings(api_keys=("k",)), transport=fake.transport) as c:

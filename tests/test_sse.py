@@ -1,6 +1,6 @@
 import orjson
 
-from proxy.sse import DONE, Accumulator, pieces_of, replay
+from proxy.sse import DONE, Accumulator, replay
 
 ANSWER = {"id": "x", "object": "chat.completion", "created": 1, "model": "tiny",
           "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello big world"},
@@ -14,13 +14,24 @@ def parse(events):
     return [orjson.loads(e[6:]) for e in events[:-1]]
 
 
-def test_pieces_rejoin_exactly():
-    for text in ("Hello big world", "  spaced  out ", "one", "\n\nx\n"):
-        assert "".join(pieces_of(text)) == text
+def vllm_stream(pieces: tuple[str, ...]) -> list[dict[str, object]]:
+    """vLLM's chat chunks for ANSWER, one a token (without id/created), usage last."""
+    head = {"object": "chat.completion.chunk", "model": "tiny"}
+    out: list[dict[str, object]] = [{**head, "choices": [
+        {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+         "finish_reason": None}], "prompt_token_ids": None}]
+    for n, p in enumerate(pieces):
+        last = n == len(pieces) - 1
+        choice = {"index": 0, "delta": {"content": p}, "logprobs": None,
+                  "finish_reason": "stop" if last else None, "token_ids": None}
+        if last:
+            choice["stop_reason"] = None
+        out.append({**head, "choices": [choice]})
+    return [*out, {**head, "choices": [], "usage": ANSWER["usage"], "system_fingerprint": None}]
 
 
 def test_chat_replay_is_a_valid_stream_that_folds_back():
-    chunks = parse(replay("chat", ANSWER, include_usage=True))
+    chunks = parse(replay("chat", True, vllm_stream(("Hello", " big", " world"))))
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
@@ -46,21 +57,12 @@ def test_a_streamed_replay_is_the_stored_stream():
         {"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop", "stop_reason": None}]},
               {"object": "chat.completion.chunk", "model": "m", "choices": [],
                "usage": {"completion_tokens": 1}, "system_fingerprint": "fp"})
-    with_usage = parse(replay("chat", ANSWER, True, list(events)))
+    with_usage = parse(replay("chat", True, list(events)))
     assert [{k: v for k, v in c.items() if k not in ("id", "created")}
             for c in with_usage] == list(events)
     assert len({c["id"] for c in with_usage}) == 1
-    without = parse(replay("chat", ANSWER, False, list(events)))
+    without = parse(replay("chat", False, list(events)))
     assert len(without) == 1 and without[0]["system_fingerprint"] == "fp"
-
-
-def test_completions_replay_without_usage():
-    answer = {"model": "tiny", "choices": [{"index": 0, "text": "a b", "finish_reason": "length"}],
-              "usage": {"completion_tokens": 2}}
-    chunks = parse(replay("completions", answer, include_usage=False))
-    assert all(c["object"] == "text_completion" for c in chunks)
-    assert "".join(c["choices"][0]["text"] for c in chunks) == "a b"
-    assert not any("usage" in c for c in chunks)
 
 
 def test_accumulator_refuses_incomplete_or_failed_streams():

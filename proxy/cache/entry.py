@@ -105,20 +105,19 @@ def storable(answer: dict[str, Any]) -> bool:
     return isinstance(choice.get("text"), str)
 
 
-_SYNTHESIZED = frozenset({"index", "message", "text", "finish_reason", "stop_reason"})
+_TEXT_ONLY = frozenset({"index", "message", "text", "finish_reason", "stop_reason"})
 
 
-def synthesizable(answer: dict[str, Any]) -> bool:
-    """Whether the answer is its text alone, as far as a replay can tell: what a stream made
-    from it (sse.replay without events) or a cut of it (serve) writes is only the text, the
-    finish and stop reasons; anything else with a value in its choice or message (a reasoning
-    parser's `reasoning`, `return_token_ids`' ids) would be lost or left uncut (found by a
-    review: such hits dropped the reasoning, or kept a longer answer's token ids)."""
+def text_only(answer: dict[str, Any]) -> bool:
+    """Whether the answer is its text alone, as far as a cut can tell: a cut of it (serve)
+    rewrites only the text, the finish and stop reasons and the usage; anything else with a
+    value in its choice or message (a reasoning parser's `reasoning`, `return_token_ids`' ids)
+    would be left uncut (found by a review: such hits kept a longer answer's token ids)."""
     choices = answer.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
         return False
     choice = choices[0]
-    if any(value for key, value in choice.items() if key not in _SYNTHESIZED):
+    if any(value for key, value in choice.items() if key not in _TEXT_ONLY):
         return False
     message = choice.get("message")
     return not isinstance(message, dict) or not any(
@@ -127,26 +126,27 @@ def synthesizable(answer: dict[str, Any]) -> bool:
 
 def answered(entry: Entry, max_tokens: int | None, streams: bool,
              count: TextCounter | None = None) -> tuple[dict[str, Any], Chunks | None] | None:
-    """A hit's answer body for a request with this `max_tokens` and, for a stream that gets
-    the whole answer, the stored chunks to replay (None: the stream is made from the answer,
-    which must allow it); None when the entry does not answer the request exactly, or when a
-    stream's stored chunks cannot be replayed (`chunks`: a miss, and the fresh answer then
-    replaces the entry, `better`)."""
+    """A hit's answer body for a request with this `max_tokens` and, for a stream, vLLM's
+    chunks to replay: the stored ones for the whole answer, cut at the limit for a cut (JSON:
+    None); None when the entry does not answer the request exactly. A stream is answered only
+    from an answer stored with its chunks: one stored from a JSON answer is a stream's miss,
+    and the streamed answer then replaces it (`better`). A stream made from the answer's text
+    was re-chunked at word boundaries (' 1721 ', '1027 ' where vLLM streams ' 1721', ' 1027',
+    one chunk a token, and empty chunks for incomplete UTF-8): not vLLM's stream (found by a
+    review). Stored chunks that cannot be replayed (`chunks`) are a miss too."""
     answer = serve(entry, max_tokens, count)
     if answer is None or not streams:
         return None if answer is None else (answer, None)
-    if entry.events is not None and not whole(entry, max_tokens):
-        # a cut of a stored stream: vLLM's own chunks, one a token, up to the limit (found by
-        # a review: the cut was re-chunked at word boundaries, where vLLM's never split)
-        stored = chunks(entry)
-        cut = None if stored is None or max_tokens is None \
-            else cut_chunks(entry.kind, stored, max_tokens, _text(answer))
-        if cut is not None:
-            return answer, cut
-    if entry.events is None or not whole(entry, max_tokens):
-        return (answer, None) if synthesizable(answer) else None
-    replay = chunks(entry)
-    return None if replay is None else (answer, replay)
+    stored = chunks(entry) if entry.events is not None else None
+    if stored is None:
+        return None
+    if whole(entry, max_tokens):
+        return answer, stored
+    # a cut: vLLM's own chunks, one a token, up to the limit (found by a review: the cut was
+    # re-chunked at word boundaries, where vLLM's never split)
+    cut = None if max_tokens is None \
+        else cut_chunks(entry.kind, stored, max_tokens, _text(answer))
+    return None if cut is None else (answer, cut)
 
 
 def cut_chunks(kind: str, stored: Chunks, max_tokens: int, text: Any) -> Chunks | None:
@@ -263,7 +263,7 @@ def serve(entry: Entry, max_tokens: int | None,
     if whole(entry, max_tokens):
         answer = copy.deepcopy(entry.answer)
     elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
-            and len(entry.pieces) == used and synthesizable(entry.answer):
+            and len(entry.pieces) == used and text_only(entry.answer):
         text = "".join(entry.pieces[:max_tokens])
         if count is not None and count(text) != max_tokens:
             return None
@@ -286,14 +286,22 @@ def serve(entry: Entry, max_tokens: int | None,
 
 def better(new: Entry, old: Entry) -> bool:
     """Whether `new` should replace `old` under the same exact key: always when `old`'s stored
-    stream cannot be replayed (`chunks`: its stop answer kept it in place for good)."""
+    stream cannot be replayed (`chunks`: its stop answer kept it in place for good); else the
+    one that answers more requests: a stop answer over one cut by its limit, a higher limit
+    over a lower one, and where both answer the same requests (both stopped, or both cut at
+    one limit: the same greedy answer), the one with the stream's chunks over one without, as
+    only it answers a stream (`answered`: before, a stored JSON answer was kept over the
+    streamed one, and every stream after it was a miss)."""
     if old.events is not None and chunks(old) is None:
         return True
+    streamed = (new.events is not None, old.events is not None)
     if old.finish_reason == "stop":
-        return False
+        return new.finish_reason == "stop" and streamed == (True, False)
     if new.finish_reason == "stop":
         return True
-    return (new.max_tokens or 0) >= (old.max_tokens or 0)
+    if new.max_tokens == old.max_tokens:
+        return streamed != (False, True)
+    return (new.max_tokens or 0) > (old.max_tokens or 0)
 
 
 def whole(entry: Entry, max_tokens: int | None) -> bool:

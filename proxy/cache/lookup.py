@@ -5,9 +5,10 @@ lookup(req):  policy gate -> keys -> exact key in the store -> embed the questio
 -> cosine floor and hand-kept rules (verify.py) -> the learned judge scores the survivors in one
 batch (judge.py) -> the best accepted one is served for this max_tokens.  A miss returns a
 ticket; identical misses (same exact key and max_tokens) wait for the first one's answer
-instead of going upstream (single flight); with several replicas on one Redis the leader first
-claims the flight there, and a replica that finds it claimed waits for the stored answer
-(claims.py). Store errors bypass the cache, never fail the request.
+instead of going upstream (single flight; a stream never waits for a JSON request's answer,
+which does not answer it, but for another stream's); with several replicas on one Redis the
+leader first claims the flight there, and a replica that finds it claimed waits for the stored
+answer (claims.py). Store errors bypass the cache, never fail the request.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class _Flights:
     # each leader's end: True when it found or stored an answer (its twins look again then)
     waiting: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
     live: dict[str, Flight] = field(default_factory=dict)  # streaming leaders (flight.py)
+    unstreamed: set[str] = field(default_factory=set)  # flights whose leader is not a stream
 
 
 class SemanticCache:
@@ -82,7 +84,7 @@ class SemanticCache:
                             self._identity)
         if req.no_cache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
-        flight = f"{keys.exact}:{keys.max_tokens}"
+        twins = f"{keys.exact}:{keys.max_tokens}"
         streams = req.body.get("stream") is True
         hedged: list[bool] = []
         hook: Callable[[], None] | None = None
@@ -95,6 +97,11 @@ class SemanticCache:
 
         try:
             for attempt in range(3):
+                # a JSON leader's answer does not answer a stream (entry.py: answered): a
+                # stream twin of one follows, or leads, the streams' own flight instead of
+                # waiting for an answer that is then its miss (found by a review)
+                flight = twins + ":stream" if streams and twins in self._flights.unstreamed \
+                    else twins
                 waiting = self._flights.waiting.get(flight)
                 if waiting is None:
                     # lead: registered before the search, so that twins arriving while it
@@ -150,6 +157,8 @@ class SemanticCache:
         self._flights.waiting[flight] = asyncio.get_running_loop().create_future()
         if streams and self.cfg.flight_max_bytes > 0:
             self._flights.live[flight] = Flight(self.cfg.flight_max_bytes)
+        if not streams:
+            self._flights.unstreamed.add(flight)
         own = Ticket(keys, req.kind, None, flight)
         try:  # the client may leave (cancelled): the flight must not stay registered
             hit, own.vector = await self._find(keys, hook, req.exact_only, streams)
@@ -317,6 +326,7 @@ class SemanticCache:
     def _release(self, ticket: Ticket, finished: bool) -> None:
         ticket.done = True
         if ticket.flight is not None:
+            self._flights.unstreamed.discard(ticket.flight)
             fut = self._flights.waiting.pop(ticket.flight, None)
             if fut is not None and not fut.done():
                 fut.set_result(finished)
