@@ -277,7 +277,8 @@ async def test_many_twins_all_get_the_stored_answer(redis: Redis, stream: bool) 
         await asyncio.sleep(0)  # a stream twin reaches its wait (the leader's first event)
         # without a Redis call: one turn of the loop; it counts nothing
         assert not any(t.done() for t in twins)
-        await one.store(lead.ticket, completion("git reset --soft HEAD~1"))
+        # a stream's leader stores its chunks (a stream is served only from them)
+        await one.store(lead.ticket, completion("git reset --soft HEAD~1", streamed=stream))
         got = await asyncio.wait_for(asyncio.gather(*twins), 10)
         assert [(g.status, g.tier) for g in got] == [("hit", "exact")] * 6
         assert misses(reg) == 1  # the leader's own

@@ -107,11 +107,12 @@ async def test_redis_killed_and_restarted(redis_aof: Persistent, mode: str) -> N
     s = Settings(upstreams=("http://vllm:8000",), cache=mode, redis_url=redis_aof.url)
     async with proxy_client(s, transport=fake.transport) as c:
         before = [f"question number {i} about topic {i * 7}" for i in range(20)]
-        for q in before:
-            r = await c.post(CHAT, json=ask(q))
+        # stored as asked: a stream is served only from an answer stored with its chunks
+        for i, q in enumerate(before):
+            r = await c.post(CHAT, json=ask(q, stream=i % 2 == 1))
             assert r.status_code == 200 and r.headers["x-cache"] == "MISS"
-        for q in before[:5]:
-            r = await c.post(CHAT, json=ask(q))
+        for i, q in enumerate(before[:5]):
+            r = await c.post(CHAT, json=ask(q, stream=i % 2 == 1))
             assert r.headers["x-cache"] == "HIT" and text_of(r) == expected(q)
 
         # kill Redis while a burst of misses is being answered and stored
