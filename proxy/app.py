@@ -20,6 +20,7 @@ from proxy.guard import Guard, connection_cap, file_limit
 from proxy.handler import CompletionHandler, Deps
 from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
+from proxy.passthrough import Passthrough
 from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
 from proxy.routing.build import background, make_policy
@@ -90,7 +91,9 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                                             settings.tenant_share if settings.api_keys else 1.0),
                         keys=KeyRing(settings.api_keys))
             app.state.deps = deps
-            app.state.handler = CompletionHandler(deps)
+            app.state.handler = handler = CompletionHandler(deps)
+            app.state.passthrough = Passthrough(deps, handler.limits, handler.bounds,
+                                                handler.done)
             log.info("ready", extra={"fields": {
                 "msg": "proxy started", "upstreams": list(settings.upstreams),
                 "models": list(catalog.models), "tokenizer": auto.source if counter is None

@@ -133,7 +133,7 @@ class CompletionHandler:
             response = error_response(ProxyError(
                 f"internal proxy error (request id {trace.rid})"), headers)
         if not isinstance(response, RelayResponse | JsonAnswer):
-            self._done(trace)
+            self.done(trace)
         return response
 
     async def _handle(self, request: Request, kind: Kind, trace: Trace,
@@ -374,7 +374,7 @@ class CompletionHandler:
         def sent(whole: bool) -> None:
             if not whole:
                 trace.status = 499
-            self._done(trace)
+            self.done(trace)
         return sent
 
     def _send_limits(self) -> dict[str, Any]:
@@ -387,7 +387,7 @@ class CompletionHandler:
                 if then is not None:
                     await then()
             finally:
-                self._done(trace)
+                self.done(trace)
         return close
 
     async def _store(self, ticket: object, completion: Completion) -> None:
@@ -396,7 +396,7 @@ class CompletionHandler:
         except Exception:
             log.exception("cache store failed")
 
-    def _done(self, trace: Trace) -> None:
+    def done(self, trace: Trace) -> None:
         if trace.lease is not None:
             self.limits.release(trace.tenant, trace.lease, trace.tokens_out or 0)
         m = self.d.metrics

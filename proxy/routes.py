@@ -17,6 +17,7 @@ from starlette.routing import Route
 from proxy.admin import cache_flush, cache_stats
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
 from proxy.handler import CompletionHandler, Deps
+from proxy.passthrough import Passthrough
 from proxy.receive import request_id
 from proxy.relay import error_response, json_response
 from proxy.upstream import METADATA_WAIT
@@ -37,6 +38,16 @@ async def chat(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     handler: CompletionHandler = request.app.state.handler
     return await handler(request, "completions")
+
+
+async def tokenize(request: Request) -> Response:
+    passthrough: Passthrough = request.app.state.passthrough
+    return await passthrough(request, "/tokenize")
+
+
+async def detokenize(request: Request) -> Response:
+    passthrough: Passthrough = request.app.state.passthrough
+    return await passthrough(request, "/detokenize")
 
 
 async def models(request: Request) -> Response:
@@ -140,6 +151,8 @@ def get_only(path: str, endpoint: Any) -> Route:
 ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
     get_only("/v1/models", models),
     get_only("/health", health),
     get_only("/version", version),

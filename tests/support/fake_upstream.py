@@ -15,6 +15,7 @@ the listed base URLs; `read_timeout` makes completions time out (served: never a
 `stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
 completions until it is set; `pause` (n, event) holds each stream after n events until set;
 `finish` is every answer's finish_reason ("length", as max_tokens ends the fake's answers).
+It also answers /tokenize and /detokenize (tests/support/fake_passthrough.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.errors import BadGateway, UpstreamTimeout, UpstreamUnavailable
+from tests.support import fake_passthrough
 from tests.support.serving import served
 
 
@@ -163,13 +165,12 @@ class FakeVllm:
             return FakeReply(200, json_body={"object": "list", "data": [
                 {"id": self.model, "object": "model", "root": self.root,
                  "max_model_len": self.max_model_len}]})
-        if path == "/tokenize":
-            data = json.loads(body)
-            text = data.get("prompt") or " ".join(
-                str(m.get("content")) for m in data.get("messages", []))
-            tokens = list(range(len(text.split())))
-            return FakeReply(200, json_body={"count": len(tokens), "tokens": tokens,
-                                             "max_model_len": self.max_model_len})
+        if path in ("/tokenize", "/detokenize"):
+            status, answer = (fake_passthrough.tokenize if path == "/tokenize"
+                              else fake_passthrough.detokenize)(json.loads(body))
+            if path == "/tokenize" and status == 200:
+                answer["max_model_len"] = self.max_model_len
+            return FakeReply(status, json_body=answer)
         if path in ("/v1/chat/completions", "/v1/completions"):
             if self.gate is not None:
                 await self.gate.wait()

