@@ -23,7 +23,7 @@ from proxy import effective, openai
 from proxy.errors import VllmTypeError, VllmValueError, validation_error
 from proxy.types import Kind
 
-__all__ = ["VllmTypeError", "VllmValueError", "check"]
+__all__ = ["VllmTypeError", "VllmValueError", "check", "check_ranges"]
 
 _INT64 = 2**63
 
@@ -189,6 +189,11 @@ def _cache_salt(salt: Any) -> None:
 def _type_error(exc: ValidationError) -> VllmTypeError:
     errors = exc.errors(include_url=False)
     return validation_error([{**e, "loc": ("body", *e["loc"])} for e in errors])
+
+
+def check_ranges(v: dict[str, Any]) -> None:
+    """SamplingParams' range checks on coerced fields (proxy/responses.py: /v1/responses)."""
+    _ranges(v)
 
 
 def _ranges(v: dict[str, Any], echo_only: bool = False) -> None:

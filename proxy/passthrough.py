@@ -1,6 +1,7 @@
 """vLLM's routes that the proxy passes through with no answer cache: `POST /tokenize`,
-`POST /detokenize` (the body sent as the client sent it, vLLM's answer relayed as is). Every
-one goes through what the completion routes go through: API
+`POST /detokenize` (the body sent as the client sent it, vLLM's answer relayed as is) and
+`POST /v1/responses` (shaped by proxy/responses.py first: greedy, output cap; streamed through
+proxy/responses_sse.py). Every one goes through what the completion routes go through: API
 key, media type, the key's limits, the body-size limit and time, JSON and depth checks, an
 admission slot, the balancer; errors are OpenAI-shaped, a bug a logged 500."""
 
@@ -15,19 +16,22 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import openai
+from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.errors import ProxyError, UpstreamError, VllmTypeError
-from proxy.handler import Deps, Trace, _upstream_headers
+from proxy.handler import Deps, Trace, _sse, _upstream_headers
 from proxy.receive import ClientGone, is_json, read_body, request_id, until_disconnect
 from proxy.relay import SHUTDOWN_CUT, JsonAnswer, RelayResponse, cut_by_shutdown, error_response
+from proxy.responses_sse import ResponsesOutcome, relay_events
+from proxy.upstream import UpstreamStream
 
 if TYPE_CHECKING:
     from proxy.limits import KeyLimits
     from proxy.shared_limits import SharedKeyLimits
 
 log = logging.getLogger("proxy.passthrough")
-PATHS = ("/tokenize", "/detokenize")
+RESPONSES = "/v1/responses"
+PATHS = ("/tokenize", "/detokenize", RESPONSES)
 
 
 class Passthrough:
@@ -77,17 +81,31 @@ class Passthrough:
         trace.lease = await self.limits.admit(tenant)
         raw = await read_body(request, s.max_body_bytes, s.body_timeout)
         # a large body is parsed off the event loop, as the completion routes parse theirs
-        if len(raw) > INLINE_BYTES:
-            await asyncio.to_thread(self._parse, raw)
-        else:
-            self._parse(raw)
-        content = await until_disconnect(request, self._fetch(path, raw, trace))
+        body = await asyncio.to_thread(self._parse, raw) if len(raw) > INLINE_BYTES \
+            else self._parse(raw)
+        if path != RESPONSES:
+            content = await until_disconnect(request, self._fetch(path, raw, trace))
+            return self._answer(content, headers, trace)
+        responses.check(body)  # before the model is looked up, as vLLM types the body first
+        model = await d.catalog.resolve(body.get("model") or None)
+        body, asked, limit = responses.shape(body, s.greedy, s.max_output_tokens,
+                                             model.max_model_len)
+        body["model"] = model.name
+        if asked is not None:
+            headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{limit}"
+            d.metrics.clipped.labels("output").inc()
+        if body.get("stream") is True:
+            return await self._stream(request, openai.dumps(body), trace, headers)
+        content = await until_disconnect(request, self._fetch(path, openai.dumps(body), trace))
+        in_, out = responses.usage(content)
+        await self._charge(trace, in_, out)
         return self._answer(content, headers, trace)
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         """The body as vLLM reads it (its errors for bad JSON), nested no deeper than allowed,
-        with no more `messages` than a chat may have."""
+        with no more `input` items than a chat may have messages."""
         body = openai.parse_json(raw)
+        self.bounds.check_counts("chat", {"messages": body.get("input")})
         self.bounds.check_counts("chat", body)
         if depth_exceeds(body, self.bounds.max_depth):
             raise TooDeep(f"the request JSON is nested more than {self.bounds.max_depth} "
@@ -99,6 +117,49 @@ class Passthrough:
             opened = await self.d.upstream.open("POST", path, content, _upstream_headers(trace))
             trace.upstream = opened.backend.url
             return await self.d.upstream.read(opened)
+
+    async def _open(self, content: bytes, trace: Trace) -> UpstreamStream:
+        await self.d.admission.acquire(trace.tenant)
+        try:
+            return await self.d.upstream.open("POST", RESPONSES, content,
+                                              _upstream_headers(trace))
+        except BaseException:
+            self.d.admission.release(trace.tenant)
+            raise
+
+    async def _stream(self, request: Request, content: bytes, trace: Trace,
+                      headers: dict[str, str]) -> Response:
+        d = self.d
+        upstream = await until_disconnect(request, self._open(content, trace))
+        trace.upstream = upstream.backend.url
+        self._upstream_header(trace, headers)
+        outcome = ResponsesOutcome(started=trace.started)
+
+        async def close() -> None:
+            try:
+                d.admission.release(trace.tenant)
+                await upstream.aclose()
+                if outcome.first_byte is not None:
+                    d.metrics.ttft.labels(trace.route).observe(
+                        outcome.first_byte - trace.started)
+                if not outcome.finished:
+                    trace.status = 499 if outcome.error is None else outcome.error
+                await self._charge(trace, outcome.input_tokens,
+                                   outcome.output_tokens if outcome.output_tokens is not None
+                                   else outcome.events)  # cut early: what was relayed
+            finally:
+                self.done(trace)
+
+        return RelayResponse(relay_events(upstream, outcome), close, headers=_sse(headers),
+                             send_timeout=d.settings.send_timeout,
+                             on_send_timeout=d.metrics.send_timeouts.inc)
+
+    async def _charge(self, trace: Trace, tokens_in: int | None, tokens_out: int | None) -> None:
+        """The key's tokens per minute: the input once known (vLLM counts it here), the output
+        at release (trace.tokens_out)."""
+        trace.tokens_in, trace.tokens_out = tokens_in, tokens_out
+        if trace.lease is not None and tokens_in:
+            await self.limits.spend(trace.tenant, trace.lease, tokens_in)
 
     def _answer(self, content: bytes, headers: dict[str, str], trace: Trace) -> Response:
         self._upstream_header(trace, headers)

@@ -50,6 +50,11 @@ async def detokenize(request: Request) -> Response:
     return await passthrough(request, "/detokenize")
 
 
+async def responses(request: Request) -> Response:
+    passthrough: Passthrough = request.app.state.passthrough
+    return await passthrough(request, "/v1/responses")
+
+
 async def models(request: Request) -> Response:
     d = _deps(request)
     try:
@@ -151,6 +156,7 @@ def get_only(path: str, endpoint: Any) -> Route:
 ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/responses", responses, methods=["POST"]),
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
     get_only("/v1/models", models),

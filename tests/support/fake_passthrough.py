@@ -1,9 +1,17 @@
-"""The fake vLLM's tokenizer routes (tests/support/fake_upstream.py): answers shaped like
-vLLM 0.32's."""
+"""The fake vLLM's tokenizer routes and Responses API (tests/support/fake_upstream.py): answers
+shaped like vLLM 0.32's, deterministic ("w0 w1 ..." up to max_output_tokens, default 16)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+INPUT_TOKENS = 5
+
+
+def words(data: dict[str, Any]) -> list[str]:
+    n = data.get("max_output_tokens") or 16
+    return [f" w{i}" for i in range(min(n, 16))]
 
 
 def type_error(param: str, kind: str, msg: str, value: Any) -> dict[str, Any]:
@@ -28,3 +36,31 @@ def detokenize(data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     if not isinstance(tokens, list):
         return 400, type_error("tokens", "list_type", "Input should be a valid list", tokens)
     return 200, {"prompt": "".join(f"t{t}" for t in tokens)}
+
+
+def response(data: dict[str, Any], model: str, status: str = "completed",
+             output: str | None = None) -> dict[str, Any]:
+    said = words(data)
+    text = "".join(said) if output is None else output
+    return {"id": "resp_fake", "created_at": 1, "object": "response", "model": model,
+            "status": status, "max_output_tokens": data.get("max_output_tokens"),
+            "temperature": data.get("temperature"), "top_p": data.get("top_p"),
+            "output": [] if output == "" else [{
+                "id": "msg_fake", "type": "message", "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+            "usage": None if status == "in_progress" else {
+                "input_tokens": INPUT_TOKENS, "output_tokens": len(said),
+                "total_tokens": INPUT_TOKENS + len(said)}}
+
+
+def events(data: dict[str, Any], model: str) -> list[bytes]:
+    """A streamed response: created, one delta a word, completed (no [DONE])."""
+    out: list[dict[str, Any]] = [
+        {"type": "response.created", "response": response(data, model, "in_progress", "")}]
+    out += [{"type": "response.output_text.delta", "item_id": "msg_fake", "output_index": 0,
+             "content_index": 0, "delta": w} for w in words(data)]
+    out.append({"type": "response.completed", "response": response(data, model)})
+    return [f"event: {e['type']}\ndata: ".encode()
+            + json.dumps({**e, "sequence_number": i}).encode() + b"\n\n"
+            for i, e in enumerate(out)]

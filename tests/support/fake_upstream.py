@@ -15,7 +15,7 @@ the listed base URLs; `read_timeout` makes completions time out (served: never a
 `stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
 completions until it is set; `pause` (n, event) holds each stream after n events until set;
 `finish` is every answer's finish_reason ("length", as max_tokens ends the fake's answers).
-It also answers /tokenize and /detokenize (tests/support/fake_passthrough.py).
+It also answers /tokenize, /detokenize and /v1/responses (tests/support/fake_passthrough.py).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class FakeVllm:
             if path == "/tokenize" and status == 200:
                 answer["max_model_len"] = self.max_model_len
             return FakeReply(status, json_body=answer)
-        if path in ("/v1/chat/completions", "/v1/completions"):
+        if path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
             if self.gate is not None:
                 await self.gate.wait()
             if self.read_timeout:
@@ -183,6 +183,8 @@ class FakeVllm:
                 return FakeReply(404, json_body={"error": {
                     "message": f"The model `{data.get('model')}` does not exist.",
                     "type": "NotFoundError", "param": "model", "code": 404}})
+            if path == "/v1/responses":
+                return self._responses(data)
             chat = path.endswith("chat/completions")
             if data.get("stream"):
                 return FakeReply(200, events=self._sse(data, chat),
@@ -190,6 +192,13 @@ class FakeVllm:
                                  headers={"content-type": "text/event-stream"})
             return FakeReply(200, json_body=self._json(data, chat))
         return FakeReply(404, json_body={"detail": "Not Found"})
+
+    def _responses(self, data: dict[str, Any]) -> FakeReply:
+        if data.get("stream"):
+            return FakeReply(200, events=fake_passthrough.events(data, self.model),
+                             break_after=self.stream_error_after, pause=self.pause,
+                             headers={"content-type": "text/event-stream; charset=utf-8"})
+        return FakeReply(200, json_body=fake_passthrough.response(data, self.model))
 
     def words(self, data: dict[str, Any]) -> list[str]:
         n = data.get("max_tokens") or data.get("max_completion_tokens") or 16
