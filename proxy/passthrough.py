@@ -94,6 +94,10 @@ class Passthrough:
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{limit}"
             d.metrics.clipped.labels("output").inc()
+        if trace.lease is not None:  # as a chat prompt is: charged before the call
+            text = responses.input_text(body)
+            estimate = await d.counter.count_text(model.name, text) if text else 0
+            await self._charge(trace, estimate, None)
         if body.get("stream") is True:
             return await self._stream(request, openai.dumps(body), trace, headers)
         content = await until_disconnect(request, self._fetch(path, openai.dumps(body), trace))
@@ -155,11 +159,16 @@ class Passthrough:
                              on_send_timeout=d.metrics.send_timeouts.inc)
 
     async def _charge(self, trace: Trace, tokens_in: int | None, tokens_out: int | None) -> None:
-        """The key's tokens per minute: the input once known (vLLM counts it here), the output
-        at release (trace.tokens_out)."""
-        trace.tokens_in, trace.tokens_out = tokens_in, tokens_out
-        if trace.lease is not None and tokens_in:
-            await self.limits.spend(trace.tenant, trace.lease, tokens_in)
+        """The key's tokens per minute: the input's estimate before the call (its text counted
+        here), what vLLM then counts beyond it (its usage), the output at release
+        (trace.tokens_out). Before, the input was charged only from vLLM's usage at the end: a
+        key's concurrent requests, or one whose client left before the answer, went through
+        uncharged (found by a review), where a chat prompt is charged before the call."""
+        charged = trace.tokens_in or 0
+        trace.tokens_in = charged if tokens_in is None else tokens_in
+        trace.tokens_out = tokens_out
+        if trace.lease is not None and tokens_in and tokens_in > charged:
+            await self.limits.spend(trace.tenant, trace.lease, tokens_in - charged)
 
     def _answer(self, content: bytes, headers: dict[str, str], trace: Trace) -> Response:
         self._upstream_header(trace, headers)

@@ -72,6 +72,29 @@ def shape(body: dict[str, Any], greedy: bool, max_output: int,
     return out, (asked if lowered else None), limit
 
 
+_TEXT_KEYS = ("text", "content", "output", "arguments")  # an item's words (not an image's data)
+
+
+def input_text(body: dict[str, Any]) -> str:
+    """The words of the instructions and the input items, to count the tokens a key is charged
+    before the call (vLLM's usage, with the chat template's, settles it after)."""
+    words: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, str):
+            words.append(value)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for key in _TEXT_KEYS:
+                walk(value.get(key))
+
+    walk(body.get("instructions"))
+    walk(body.get("input"))
+    return "\n".join(words)
+
+
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
         else None

