@@ -116,3 +116,15 @@ def test_any_values_of_the_touched_fields_are_never_a_500(body: dict[str, Any]) 
         if got.status_code >= 400:
             assert set(got.json()["error"]) == {"message", "type", "param", "code"}
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("background", [True, "true", 1])
+async def test_background_mode_is_refused_before_reaching_vllm(background: Any) -> None:
+    # found by a review: `background: true` went to vLLM, which (with its response store on)
+    # answers at once, "queued", and generates on past the admission slot and the key's limits
+    got, fake = await ask({"input": "hi", "background": background})
+    assert got.status_code == 400, got.text
+    assert got.json()["error"]["param"] == "background"
+    assert fake.completions("/v1/responses") == []
+    ok, _ = await ask({"input": "hi", "background": False})
+    assert ok.status_code == 200
