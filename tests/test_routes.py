@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from proxy.settings import Settings
@@ -66,3 +68,14 @@ async def test_version_is_vllms() -> None:
         got = await c.get("/version")
     assert got.status_code == 200 and got.json() == {"version": "0.32.0"}
     assert got.headers["content-type"] == "application/json"
+
+
+async def test_version_is_not_a_way_to_the_upstream_for_anyone() -> None:
+    # found by a review: GET /version is open (no key, no admission, no key limits), and each
+    # request was one upstream call: anyone could keep the upstream connection pool busy
+    fake = FakeVllm()
+    s = Settings(upstreams=("http://vllm:8000",), cache="off", api_keys=("sk-a",))
+    async with proxy_client(s, transport=fake.transport) as c:
+        got = await asyncio.gather(*(c.get("/version") for _ in range(20)))
+    assert all(g.status_code == 200 and g.json() == {"version": "0.32.0"} for g in got)
+    assert len([r for r in fake.requests if r.url.endswith("/version")]) == 1
