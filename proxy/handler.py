@@ -108,33 +108,8 @@ class CompletionHandler:
     async def __call__(self, request: Request, kind: Kind) -> Response:
         trace = Trace(PATHS[kind], request_id(request), time.perf_counter())
         headers = {"X-Request-ID": trace.rid}
-        try:
-            response = await self._handle(request, kind, trace, headers)
-        except ProxyError as err:
-            trace.status = err.status
-            if isinstance(err, UpstreamError) and err.upstream:  # which replica failed
-                trace.upstream = err.upstream
-                if self.d.settings.upstream_header:
-                    headers["X-Upstream"] = err.upstream
-            response = error_response(err, headers)
-        except ClientGone:
-            trace.status = 499
-            response = Response(status_code=499)
-        except asyncio.CancelledError as exc:  # uvicorn's grace period is over: say so
-            if not cut_by_shutdown(exc):
-                raise
-            trace.status = SHUTDOWN_CUT.status
-            response = error_response(SHUTDOWN_CUT, headers)
-        except Exception:  # a bug: answered, logged with its request id, counted; never silent
-            log.exception("unexpected error", extra={"fields": {
-                "msg": "unexpected error", "rid": trace.rid, "route": trace.route}})
-            self.d.metrics.unexpected.labels(trace.route).inc()
-            trace.status = 500
-            response = error_response(ProxyError(
-                f"internal proxy error (request id {trace.rid})"), headers)
-        if not isinstance(response, RelayResponse | JsonAnswer):
-            self.done(trace)
-        return response
+        return await answered(self._handle(request, kind, trace, headers), trace, headers,
+                              self.d, self.done)
 
     async def _handle(self, request: Request, kind: Kind, trace: Trace,
                       headers: dict[str, str]) -> Response:
@@ -436,3 +411,38 @@ def _upstream_headers(trace: Trace) -> dict[str, str]:
 def _sse(headers: dict[str, str]) -> dict[str, str]:
     return {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
             "content-type": SSE}
+
+
+async def answered(handle: Awaitable[Response], trace: Trace, headers: dict[str, str],
+                   d: Deps, done: Callable[[Trace], None]) -> Response:
+    """A route's answer, whatever `handle` raised: the proxy's errors OpenAI-shaped, a client
+    gone (499), a shutdown's cut, a bug (500, logged with its request id, counted; never
+    silent); `done` (metrics, key lease, access log) for every answer but a relayed one,
+    whose relay calls it at its end."""
+    try:
+        response = await handle
+    except ProxyError as err:
+        trace.status = err.status
+        if isinstance(err, UpstreamError) and err.upstream:  # which replica failed
+            trace.upstream = err.upstream
+            if d.settings.upstream_header:
+                headers["X-Upstream"] = err.upstream
+        response = error_response(err, headers)
+    except ClientGone:
+        trace.status = 499
+        response = Response(status_code=499)
+    except asyncio.CancelledError as exc:  # uvicorn's grace period is over: say so
+        if not cut_by_shutdown(exc):
+            raise
+        trace.status = SHUTDOWN_CUT.status
+        response = error_response(SHUTDOWN_CUT, headers)
+    except Exception:
+        log.exception("unexpected error", extra={"fields": {
+            "msg": "unexpected error", "rid": trace.rid, "route": trace.route}})
+        d.metrics.unexpected.labels(trace.route).inc()
+        trace.status = 500
+        response = error_response(ProxyError(
+            f"internal proxy error (request id {trace.rid})"), headers)
+    if not isinstance(response, RelayResponse | JsonAnswer):
+        done(trace)
+    return response

@@ -8,7 +8,6 @@ admission slot, the balancer; errors are OpenAI-shaped, a bug a logged 500."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,10 +17,10 @@ from starlette.responses import Response
 
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
-from proxy.errors import ProxyError, UpstreamError, VllmTypeError
-from proxy.handler import Deps, Trace, _sse, _upstream_headers
-from proxy.receive import ClientGone, is_json, read_body, request_id, until_disconnect
-from proxy.relay import SHUTDOWN_CUT, JsonAnswer, RelayResponse, cut_by_shutdown, error_response
+from proxy.errors import VllmTypeError
+from proxy.handler import Deps, Trace, _sse, _upstream_headers, answered
+from proxy.receive import is_json, read_body, request_id, until_disconnect
+from proxy.relay import JsonAnswer, RelayResponse
 from proxy.responses_sse import ResponsesOutcome, relay_events
 from proxy.upstream import UpstreamStream
 
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from proxy.limits import KeyLimits
     from proxy.shared_limits import SharedKeyLimits
 
-log = logging.getLogger("proxy.passthrough")
 RESPONSES = "/v1/responses"
 PATHS = ("/tokenize", "/detokenize", RESPONSES)
 
@@ -45,31 +43,8 @@ class Passthrough:
     async def __call__(self, request: Request, path: str) -> Response:
         trace = Trace(path, request_id(request), time.perf_counter())
         headers = {"X-Request-ID": trace.rid}
-        try:
-            response = await self._handle(request, path, trace, headers)
-        except ProxyError as err:
-            trace.status = err.status
-            if isinstance(err, UpstreamError) and err.upstream:
-                trace.upstream = err.upstream
-            response = error_response(err, headers)
-        except ClientGone:
-            trace.status = 499
-            response = Response(status_code=499)
-        except asyncio.CancelledError as exc:
-            if not cut_by_shutdown(exc):
-                raise
-            trace.status = SHUTDOWN_CUT.status
-            response = error_response(SHUTDOWN_CUT, headers)
-        except Exception:  # a bug: answered, logged with its request id, counted
-            log.exception("unexpected error", extra={"fields": {
-                "msg": "unexpected error", "rid": trace.rid, "route": path}})
-            self.d.metrics.unexpected.labels(path).inc()
-            trace.status = 500
-            response = error_response(ProxyError(
-                f"internal proxy error (request id {trace.rid})"), headers)
-        if not isinstance(response, RelayResponse | JsonAnswer):
-            self.done(trace)
-        return response
+        return await answered(self._handle(request, path, trace, headers), trace, headers,
+                              self.d, self.done)
 
     async def _handle(self, request: Request, path: str, trace: Trace,
                       headers: dict[str, str]) -> Response:
