@@ -244,8 +244,7 @@ class CompletionHandler:
             if ticket is not None:
                 await d.cache.abandon(ticket)
             raise
-        if d.settings.upstream_header and trace.upstream:
-            headers["X-Upstream"] = trace.upstream
+        name_upstream(d, headers, trace.upstream)
         usage = answer.get("usage") if isinstance(answer, dict) else None
         if isinstance(usage, dict):
             trace.tokens_out = _token_count(usage.get("completion_tokens"))
@@ -266,8 +265,7 @@ class CompletionHandler:
                 await d.cache.abandon(ticket)
             raise
         trace.upstream = upstream.backend.url
-        if d.settings.upstream_header:
-            headers["X-Upstream"] = trace.upstream
+        name_upstream(d, headers, trace.upstream)
         outcome = StreamOutcome(started=trace.started)
         acc = Accumulator(kind) if ticket is not None else None
         shared = d.cache.share(ticket, acc.raw) if acc is not None else None
@@ -404,6 +402,12 @@ def _json_answer(content: bytes) -> Any:
         raise BadGateway("the upstream answered 200 with a body that is not JSON") from None
 
 
+def name_upstream(d: Deps, headers: dict[str, str], url: str | None) -> None:
+    """X-Upstream: the replica that answered or failed, when PROXY_UPSTREAM_HEADER is on."""
+    if d.settings.upstream_header and url:
+        headers["X-Upstream"] = url
+
+
 def _upstream_headers(trace: Trace) -> dict[str, str]:
     return {**_JSON_HEADERS, "x-request-id": trace.rid}
 
@@ -425,8 +429,7 @@ async def answered(handle: Awaitable[Response], trace: Trace, headers: dict[str,
         trace.status = err.status
         if isinstance(err, UpstreamError) and err.upstream:  # which replica failed
             trace.upstream = err.upstream
-            if d.settings.upstream_header:
-                headers["X-Upstream"] = err.upstream
+            name_upstream(d, headers, err.upstream)
         response = error_response(err, headers)
     except ClientGone:
         trace.status = 499

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.errors import VllmTypeError
-from proxy.handler import Deps, Trace, _sse, _upstream_headers, answered
+from proxy.handler import Deps, Trace, _sse, _upstream_headers, answered, name_upstream
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.relay import JsonAnswer, RelayResponse
 from proxy.responses_sse import ResponsesOutcome, relay_events
@@ -111,7 +111,7 @@ class Passthrough:
         d = self.d
         upstream = await until_disconnect(request, self._open(content, trace))
         trace.upstream = upstream.backend.url
-        self._upstream_header(trace, headers)
+        name_upstream(self.d, headers, trace.upstream)
         outcome = ResponsesOutcome(started=trace.started)
 
         async def close() -> None:
@@ -146,7 +146,7 @@ class Passthrough:
             await self.limits.spend(trace.tenant, trace.lease, tokens_in - charged)
 
     def _answer(self, content: bytes, headers: dict[str, str], trace: Trace) -> Response:
-        self._upstream_header(trace, headers)
+        name_upstream(self.d, headers, trace.upstream)
 
         def sent(whole: bool) -> None:
             if not whole:
@@ -155,7 +155,3 @@ class Passthrough:
 
         return JsonAnswer(content, headers, send_timeout=self.d.settings.send_timeout,
                           on_send_timeout=self.d.metrics.send_timeouts.inc, on_sent=sent)
-
-    def _upstream_header(self, trace: Trace, headers: dict[str, str]) -> None:
-        if self.d.settings.upstream_header and trace.upstream:
-            headers["X-Upstream"] = trace.upstream
