@@ -20,6 +20,7 @@ from proxy.admission import Admission
 from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError, UpstreamError
+from proxy.headers import sse_headers, upstream_headers
 from proxy.hedge import Hedge
 from proxy.limits import KeyLimits, parse
 from proxy.logs import access
@@ -34,7 +35,6 @@ from proxy.receive import (
 )
 from proxy.relay import (
     SHUTDOWN_CUT,
-    SSE,
     JsonAnswer,
     Pump,
     RelayResponse,
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("proxy.handler")
 PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-_JSON_HEADERS = {"content-type": "application/json"}
 
 
 @dataclass(slots=True)
@@ -206,14 +205,14 @@ class CompletionHandler:
         else:  # a stream's hit is always vLLM's chunks (cache/entry.py: answered)
             assert result.events is not None
             events = replay_stream(replay(kind, usage, result.events))
-        return RelayResponse(events, self._closer(trace, leave), headers=_sse(headers),
+        return RelayResponse(events, self._closer(trace, leave), headers=sse_headers(headers),
                              **self._send_limits())
 
     async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace,
                      route: RouteRequest) -> bytes:
         async with self.d.admission.slot(trace.tenant, trace.weight):
             opened = await self.d.upstream.open("POST", PATHS[kind], openai.dumps(body),
-                                                _upstream_headers(trace), route)
+                                                upstream_headers(trace.rid), route)
             trace.upstream = opened.backend.url
             return await self.d.upstream.read(opened)
 
@@ -224,7 +223,7 @@ class CompletionHandler:
         try:
             return await d.upstream.open("POST", PATHS[kind],
                                          openai.dumps(policy.with_usage(body)),
-                                         _upstream_headers(trace), route)
+                                         upstream_headers(trace.rid), route)
         except BaseException:
             d.admission.release(trace.tenant, trace.weight)
             raise
@@ -319,7 +318,7 @@ class CompletionHandler:
             await settle()
 
         chunks = relayed if pump is None else pump.chunks()
-        return RelayResponse(chunks, self._closer(trace, close), headers=_sse(headers),
+        return RelayResponse(chunks, self._closer(trace, close), headers=sse_headers(headers),
                              **self._send_limits())
 
     async def drain(self) -> None:
@@ -406,15 +405,6 @@ def name_upstream(d: Deps, headers: dict[str, str], url: str | None) -> None:
     """X-Upstream: the replica that answered or failed, when PROXY_UPSTREAM_HEADER is on."""
     if d.settings.upstream_header and url:
         headers["X-Upstream"] = url
-
-
-def _upstream_headers(trace: Trace) -> dict[str, str]:
-    return {**_JSON_HEADERS, "x-request-id": trace.rid}
-
-
-def _sse(headers: dict[str, str]) -> dict[str, str]:
-    return {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-            "content-type": SSE}
 
 
 async def answered(handle: Awaitable[Response], trace: Trace, headers: dict[str, str],

@@ -18,7 +18,8 @@ from starlette.responses import Response
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.errors import VllmTypeError
-from proxy.handler import Deps, Trace, _sse, _upstream_headers, answered, name_upstream
+from proxy.handler import Deps, Trace, answered, name_upstream
+from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.relay import JsonAnswer, RelayResponse
 from proxy.responses_sse import ResponsesOutcome, relay_events
@@ -93,7 +94,7 @@ class Passthrough:
 
     async def _fetch(self, path: str, content: bytes, trace: Trace) -> bytes:
         async with self.d.admission.slot(trace.tenant):
-            opened = await self.d.upstream.open("POST", path, content, _upstream_headers(trace))
+            opened = await self.d.upstream.open("POST", path, content, upstream_headers(trace.rid))
             trace.upstream = opened.backend.url
             return await self.d.upstream.read(opened)
 
@@ -101,7 +102,7 @@ class Passthrough:
         await self.d.admission.acquire(trace.tenant)
         try:
             return await self.d.upstream.open("POST", RESPONSES, content,
-                                              _upstream_headers(trace))
+                                              upstream_headers(trace.rid))
         except BaseException:
             self.d.admission.release(trace.tenant)
             raise
@@ -129,7 +130,7 @@ class Passthrough:
             finally:
                 self.done(trace)
 
-        return RelayResponse(relay_events(upstream, outcome), close, headers=_sse(headers),
+        return RelayResponse(relay_events(upstream, outcome), close, headers=sse_headers(headers),
                              send_timeout=d.settings.send_timeout,
                              on_send_timeout=d.metrics.send_timeouts.inc)
 
