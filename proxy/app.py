@@ -28,7 +28,8 @@ from proxy.settings import Settings
 from proxy.tokens import AutoCounter, TokenCounter
 from proxy.transport import Transport
 from proxy.types import AnswerCache, TextCounter
-from proxy.upstream import Upstream, make_transport
+from proxy.upstream import METADATA_WAIT, Upstream, make_transport
+from proxy.version import VersionCache
 
 log = logging.getLogger("proxy.app")
 
@@ -94,6 +95,8 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
             app.state.handler = handler = CompletionHandler(deps)
             app.state.passthrough = Passthrough(deps, handler.limits, handler.bounds,
                                                 handler.done)
+            app.state.version = version = VersionCache(
+                lambda: upstream.fetch("GET", "/version", wait=METADATA_WAIT))
             log.info("ready", extra={"fields": {
                 "msg": "proxy started", "upstreams": list(settings.upstreams),
                 "models": list(catalog.models), "tokenizer": auto.source if counter is None
@@ -118,6 +121,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await app.state.handler.drain()  # streams handed over to followers end first
                 await app.state.handler.aclose()
+                await version.aclose()
                 await cache.aclose()
         finally:
             await upstream.aclose()

@@ -6,8 +6,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,6 +21,7 @@ from proxy.passthrough import Passthrough
 from proxy.receive import request_id
 from proxy.relay import error_response, json_response
 from proxy.upstream import METADATA_WAIT
+from proxy.version import VersionCache
 
 log = logging.getLogger("proxy.routes")
 
@@ -69,45 +68,13 @@ async def models(request: Request) -> Response:
     return response
 
 
-VERSION_KEPT = 60.0  # seconds an answer of vLLM's GET /version is served again
-
-
-@dataclass(slots=True)
-class _Version:
-    body: bytes | None = None
-    at: float = 0.0
-    asking: asyncio.Task[bytes] | None = None  # the one upstream call in flight
-
-
-async def _vllm_version(request: Request, d: Deps) -> bytes:
-    """vLLM's answer: one upstream call at a time, shared by every request meanwhile (its
-    failure too), kept VERSION_KEPT seconds. The route is open (no key, no admission, no key
-    limits): before, each request was an upstream call, so anyone could keep the upstream
-    connection pool busy (found by a review)."""
-    kept: _Version | None = getattr(request.app.state, "vllm_version", None)
-    if kept is None:
-        kept = request.app.state.vllm_version = _Version()
-    if kept.body is not None and time.monotonic() - kept.at <= VERSION_KEPT:
-        return kept.body
-    if kept.asking is None:
-        kept.asking = asyncio.create_task(d.upstream.fetch("GET", "/version",
-                                                           wait=METADATA_WAIT))
-    asking = kept.asking
-    try:
-        body = await asyncio.shield(asking)  # a client that leaves does not cancel it
-    finally:
-        if asking.done() and kept.asking is asking:
-            kept.asking = None
-    kept.body, kept.at = body, time.monotonic()
-    return body
-
-
 async def version(request: Request) -> Response:
     """vLLM's GET /version, passed through (found by a review: a 404 here, where vLLM answers
     {"version": "0.32.0"}). Open, as vLLM's is: its API key guards only /v1 paths."""
     d = _deps(request)
+    kept: VersionCache = request.app.state.version
     try:
-        response = json_response(await _vllm_version(request, d))
+        response = json_response(await kept.get())
     except ProxyError as err:
         response = error_response(err)
     d.metrics.requests.labels("/version", str(response.status_code)).inc()
