@@ -20,6 +20,7 @@ from proxy.admission import Admission
 from proxy.bounds import Bounds, prompt_count
 from proxy.catalog import Catalog
 from proxy.errors import BadGateway, ProxyError, UpstreamError
+from proxy.events import EventBuffer
 from proxy.headers import sse_headers, upstream_headers
 from proxy.hedge import Hedge
 from proxy.limits import KeyLimits, parse
@@ -268,7 +269,8 @@ class CompletionHandler:
         outcome = StreamOutcome(started=trace.started)
         acc = Accumulator(kind) if ticket is not None else None
         shared = d.cache.share(ticket, acc.raw) if acc is not None else None
-        relayed = relay_stream(upstream, outcome, acc, not openai.wants_usage(body))
+        relayed = relay_stream(upstream, outcome, acc, not openai.wants_usage(body),
+                               event_buffer(d, trace.route))
         pump = None
         if shared is not None and acc is not None:
             acc.on_add = shared.wake
@@ -399,6 +401,11 @@ def _json_answer(content: bytes) -> Any:
         return orjson.loads(content)
     except orjson.JSONDecodeError:
         raise BadGateway("the upstream answered 200 with a body that is not JSON") from None
+
+
+def event_buffer(d: Deps, route: str) -> EventBuffer:
+    """A relay's buffer of an unfinished upstream event: bounded, its overflow counted."""
+    return EventBuffer(d.settings.max_event_bytes, d.metrics.events_too_large.labels(route).inc)
 
 
 def name_upstream(d: Deps, headers: dict[str, str], url: str | None) -> None:

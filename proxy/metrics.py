@@ -47,6 +47,9 @@ class Metrics:
         self.send_timeouts = Counter("proxy_send_timeouts",
                                      "Streams and JSON answers cut because the client read "
                                      "nothing for PROXY_SEND_TIMEOUT seconds", registry=r)
+        self.events_too_large = Counter(
+            "proxy_events_too_large", "Streams cut because the upstream sent more than "
+            "PROXY_MAX_EVENT_BYTES without ending an event", ["route"], registry=r)
         self.key_limited = Counter("proxy_key_limited",
                                    "Requests refused by a per-key limit", ["limit"], registry=r)
         self.key_limits_fallbacks = Counter(

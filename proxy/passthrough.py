@@ -18,11 +18,11 @@ from starlette.responses import Response
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.errors import VllmTypeError
-from proxy.handler import Deps, Trace, answered, name_upstream
+from proxy.handler import Deps, Trace, answered, event_buffer, name_upstream
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.relay import JsonAnswer, RelayResponse
-from proxy.responses_sse import ResponsesOutcome, relay_events
+from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
 from proxy.upstream import UpstreamStream
 
 if TYPE_CHECKING:
@@ -130,9 +130,10 @@ class Passthrough:
             finally:
                 self.done(trace)
 
-        return RelayResponse(relay_events(upstream, outcome), close, headers=sse_headers(headers),
-                             send_timeout=d.settings.send_timeout,
-                             on_send_timeout=d.metrics.send_timeouts.inc)
+        return RelayResponse(relay_events(upstream, outcome, event_buffer(d, trace.route)), close,
+                             headers=sse_headers(headers), send_timeout=d.settings.send_timeout,
+                             on_send_timeout=d.metrics.send_timeouts.inc,
+                             last_words=lambda err: error_event(err, outcome.events))
 
     async def _charge(self, trace: Trace, tokens_in: int | None, tokens_out: int | None) -> None:
         """The key's tokens per minute: the input's estimate before the call (its text counted

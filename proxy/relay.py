@@ -17,6 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from proxy.errors import BadGateway, ProxyError, ShuttingDown
+from proxy.events import EventBuffer
 from proxy.openai import JSON, error_content
 from proxy.sse import DONE, Accumulator, event, reframe, replay_head
 from proxy.types import Kind, LiveStream
@@ -104,24 +105,18 @@ def _process(events: bytes, outcome: StreamOutcome, acc: Accumulator | None,
 
 
 async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accumulator | None,
-                       drop_usage: bool) -> AsyncIterator[bytes]:
+                       drop_usage: bool, buffer: EventBuffer) -> AsyncIterator[bytes]:
     """Yield whole SSE events as they arrive. Parsing happens only for chunks that carry usage
     or (usage dropped) a finish_reason, or for every chunk while accumulating for the cache."""
-    buf = b""
     held: list[bytes] = []
     last = b""  # the last whole events sent: vLLM ends every stream with [DONE]
     try:
-        async for chunk in stream.chunks():
+        async for received in stream.chunks():
             if outcome.first_byte is None:
                 outcome.first_byte = time.perf_counter()
-            if buf:
-                chunk, buf = buf + chunk, b""
-            end = chunk.rfind(b"\n\n")
-            if end < 0:
-                buf = chunk
+            chunk = buffer.feed(received)
+            if not chunk:
                 continue
-            if end + 2 < len(chunk):
-                chunk, buf = chunk[:end + 2], chunk[end + 2:]
             if acc is not None or _USAGE in chunk or held or (drop_usage and _FINISHED in chunk):
                 before = len(held)
                 try:
@@ -136,9 +131,9 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                 outcome.events += chunk.count(b"data: {")
                 yield chunk
                 if _ends(chunk):  # the end: an upstream that keeps the connection open
-                    buf = b""       # after [DONE] must not hold the client until read timeout
+                    buffer.clear()  # after [DONE] must not hold the client until read timeout
                     break
-        if not _ends(last) and buf.strip() != DONE.strip():
+        if not _ends(last) and buffer.rest().strip() != DONE.strip():
             # a clean end without [DONE]: the upstream cut the answer (found by a review:
             # such streams reached clients as complete, status 200)
             raise BadGateway(f"the upstream {stream.backend.url} ended the stream before "
@@ -149,8 +144,8 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
         return
     if held:
         yield b"".join(ev + b"\n\n" for ev in held)
-    if buf:
-        yield buf
+    if rest := buffer.rest():
+        yield rest
     outcome.finished = True
 
 
@@ -229,17 +224,25 @@ class JsonAnswer(Response):
                 await asyncio.shield(work)  # a cancelled caller (shutdown) leaves it running
 
 
+def error_data(err: ProxyError) -> bytes:
+    """A chat/completions stream's error event, as vLLM ends a failed stream."""
+    return b"data: " + error_content(err) + b"\n\n"
+
+
 class RelayResponse(StreamingResponse):
     """A stream whose on_close always runs once: finished, failed, or cut by the client
-    (Starlette cancels the body iterator on disconnect, maybe before it ever started)."""
+    (Starlette cancels the body iterator on disconnect, maybe before it ever started).
+    last_words: the stream's error event in its API's shape, for a cut by the shutdown."""
 
     def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
                  headers: Mapping[str, str] | None = None, send_timeout: float | None = None,
-                 on_send_timeout: Callable[[], None] | None = None) -> None:
+                 on_send_timeout: Callable[[], None] | None = None,
+                 last_words: Callable[[ProxyError], bytes] = error_data) -> None:
         super().__init__(content, headers=headers, media_type=SSE)
         self._on_close = on_close
         self._send_timeout = send_timeout
         self._on_send_timeout = on_send_timeout
+        self._last_words = last_words
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:  # past the send timeout the stream is cut: upstream closed, slot freed
@@ -253,7 +256,7 @@ class RelayResponse(StreamingResponse):
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 # the headers are out: say why in the stream, then end it (no [DONE])
                 await send({"type": "http.response.body", "more_body": False,
-                            "body": b"data: " + error_content(SHUTDOWN_CUT) + b"\n\n"})
+                            "body": self._last_words(SHUTDOWN_CUT)})
         finally:
             with anyio.CancelScope(shield=True):
                 aclose = getattr(self.body_iterator, "aclose", None)

@@ -2,8 +2,9 @@
 (`event: response.<type>` then `data: {...}`), whole events only, untouched. Unlike a chat
 stream it ends with no [DONE]: its last event is `response.completed` (or `.incomplete`,
 `.failed`), whose response carries the usage. A stream that ends before one is incomplete and
-ends with an `error` event, as does one the upstream breaks; the relay stops at the terminal
-event, so an upstream that keeps the connection open cannot hold the client."""
+ends with an `error` event, as does one the upstream breaks, one whose unfinished event outgrows
+PROXY_MAX_EVENT_BYTES (proxy/events.py), and one cut by the proxy's shutdown; the relay stops
+at the terminal event, so an upstream that keeps the connection open cannot hold the client."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from proxy.errors import BadGateway, ProxyError
+from proxy.events import EventBuffer
 from proxy.responses import usage_of
 from proxy.upstream import UpstreamStream
 
@@ -60,18 +62,15 @@ def error_event(err: ProxyError, sequence: int) -> bytes:
     return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-async def relay_events(stream: UpstreamStream,
-                       outcome: ResponsesOutcome) -> AsyncIterator[bytes]:
-    buf = b""
+async def relay_events(stream: UpstreamStream, outcome: ResponsesOutcome,
+                       buffer: EventBuffer) -> AsyncIterator[bytes]:
     try:
         async for chunk in stream.chunks():
             if outcome.first_byte is None:
                 outcome.first_byte = time.perf_counter()
-            buf += chunk
-            end = buf.rfind(b"\n\n")
-            if end < 0:
+            events = buffer.feed(chunk)
+            if not events:
                 continue
-            events, buf = buf[:end + 2], buf[end + 2:]
             outcome.events += events.count(b"\n\n")
             ended = b"event: " in events and _terminal(outcome, events)
             yield events

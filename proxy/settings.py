@@ -44,6 +44,7 @@ class Settings:
     drain_timeout: float = 30.0  # at shutdown, seconds handed-over streams may take to finish
     shutdown_timeout: float = 25.0  # at SIGTERM, seconds requests in flight may take to finish
     max_body_bytes: int = 4 * 1024 * 1024
+    max_event_bytes: int = 32 * 1024 * 1024  # an upstream SSE event not yet ended (buffered)
     max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
     max_messages: int = 2048  # messages in one chat request
     max_prompts: int = 64  # prompts in one completions batch
@@ -159,6 +160,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
                          "at SIGTERM, seconds requests in flight may take to finish before "
                          "they are cut (new connections are refused at once)"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
+    "max_event_bytes": ("PROXY_MAX_EVENT_BYTES", _int,
+                        "bytes of one upstream stream event the proxy buffers, at most"),
     "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
     "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
     "max_prompts": ("PROXY_MAX_PROMPTS", _int, "prompts per completions batch"),
@@ -240,6 +243,7 @@ def _validate(s: Settings) -> None:
         ((s.max_connections or 1) > 0 and (s.max_connections_per_ip or 1) > 0,
          "PROXY_MAX_CONNECTIONS(_PER_IP) must be positive"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
+        (s.max_event_bytes > 0, "PROXY_MAX_EVENT_BYTES must be positive"),
         (not s.key_limits_shared or bool(s.redis_url),
          "PROXY_KEY_LIMITS_SHARED needs PROXY_REDIS_URL"),
         (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),

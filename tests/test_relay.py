@@ -8,6 +8,7 @@ from starlette.background import BackgroundTask
 
 from proxy.cache.flight import Flight
 from proxy.errors import BadGateway
+from proxy.events import EventBuffer
 from proxy.relay import PIECE, JsonAnswer, StreamOutcome, followed, relay_stream
 from proxy.sse import Accumulator
 
@@ -39,7 +40,9 @@ STREAM = b"".join(CONTENT) + USAGE + DONE
 
 async def run(chunks, acc=None, drop=False, fail=False):
     outcome = StreamOutcome()
-    out = [c async for c in relay_stream(FakeStream(chunks, fail), outcome, acc, drop)]  # type: ignore[arg-type]
+    stream = FakeStream(chunks, fail)
+    out = [c async for c in relay_stream(stream, outcome, acc, drop,  # type: ignore[arg-type]
+                                           EventBuffer(1 << 20))]
     return out, outcome
 
 

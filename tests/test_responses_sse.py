@@ -8,6 +8,7 @@ import asyncio
 import json
 from typing import Any
 
+from proxy.events import EventBuffer
 from proxy.responses_sse import ResponsesOutcome, relay_events
 from proxy.routing.backend import Backend
 from proxy.settings import Settings
@@ -68,7 +69,8 @@ def _upstream(events: list[bytes]) -> UpstreamStream:
 
 async def _relay(events: list[bytes]) -> tuple[bytes, ResponsesOutcome]:
     outcome = ResponsesOutcome()
-    out = b"".join([c async for c in relay_events(_upstream(events), outcome)])
+    relayed = relay_events(_upstream(events), outcome, EventBuffer(1 << 20))
+    out = b"".join([c async for c in relayed])
     return out, outcome
 
 
@@ -87,7 +89,63 @@ async def test_events_split_anywhere_are_sent_whole_and_the_end_stops_the_read()
     never = asyncio.Event()  # an upstream that keeps the connection open after the end
     reply = FakeReply(200, events=[*pieces, b"event: x\ndata: {}\n\n"], pause=(len(pieces), never))
     outcome = ResponsesOutcome()
-    chunks = [c async for c in relay_events(UpstreamStream(Backend("u"), reply), outcome)]
+    chunks = [c async for c in relay_events(UpstreamStream(Backend("u"), reply), outcome,
+                                                EventBuffer(1 << 20))]
     assert b"".join(chunks) == whole
     assert all(c.endswith(b"\n\n") for c in chunks)
     assert outcome.finished and (outcome.input_tokens, outcome.output_tokens) == (5, 3)
+
+
+async def cut_by_shutdown(path: str, body: dict[str, Any]) -> list[bytes]:
+    """A stream held upstream after two events, cut as uvicorn cuts it when its graceful
+    shutdown is over (the task cancelled with its message): the bodies the client got."""
+    fake = FakeVllm(pause=(2, asyncio.Event()))
+    raw = json.dumps(body).encode()
+    asked = asyncio.Event()
+    started = asyncio.Event()
+    sent: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        if asked.is_set():
+            await asyncio.Event().wait()  # the client stays
+        asked.set()
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            sent.append(message["body"])
+            started.set()
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+             "headers": [(b"content-type", b"application/json"), (b"host", b"proxy")],
+             "server": ("proxy", 80)}
+    s = Settings(upstreams=("http://vllm:8000",), cache="off")
+    async with proxy_client(s, transport=fake.transport) as c:
+        task = asyncio.create_task(c.app(scope, receive, send))  # type: ignore[attr-defined]
+        async with asyncio.timeout(10):
+            await started.wait()
+            task.cancel("Task cancelled, timeout graceful shutdown exceeded")  # uvicorn's
+            await task
+    return sent
+
+
+async def test_a_stream_cut_by_the_shutdown_ends_with_a_responses_error_event() -> None:
+    # found by a review: it ended with a chat stream's `data: {"error": ...}` line, which a
+    # Responses client (OpenAI's SDK) does not read as an error event
+    sent = await cut_by_shutdown("/v1/responses", BODY)
+    events = b"".join(sent).rstrip(b"\n").split(b"\n\n")
+    assert [e.split(b"\n")[0] for e in events] == [
+        b"event: response.created", b"event: response.output_text.delta", b"event: error"]
+    data = json.loads(events[-1].split(b"\ndata: ", 1)[1])
+    assert data["type"] == "error" and data["sequence_number"] == 2
+    assert data["code"] == data["error"]["code"] == "shutting_down"
+    assert "PROXY_SHUTDOWN_TIMEOUT" in data["message"]
+
+
+async def test_a_chat_stream_cut_by_the_shutdown_still_ends_as_vllm_ends_one() -> None:
+    sent = await cut_by_shutdown("/v1/chat/completions", {
+        "model": "tiny", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    last = b"".join(sent).rstrip(b"\n").split(b"\n\n")[-1]
+    assert json.loads(last.removeprefix(b"data: "))["error"]["code"] == "shutting_down"

@@ -1,0 +1,92 @@
+"""The relays' buffer of an unfinished upstream event (proxy/events.py): whole events out,
+however the network splits them, and never more than PROXY_MAX_EVENT_BYTES held: an upstream
+that never ends an event gets the client's stream an error event (chat and /v1/responses),
+counted, instead of growing the proxy's memory for as long as it sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from proxy.errors import BadGateway
+from proxy.events import EventBuffer, EventTooLarge
+from proxy.settings import Settings
+from tests.support.fake_upstream import FakeVllm
+from tests.support.proxy_app import proxy_client
+
+LIMIT = 64 * 1024
+JUNK = b"x" * 4096  # no event boundary, ever
+
+
+def test_whole_events_come_out_however_the_chunks_split_them() -> None:
+    stream = b"data: 1\n\ndata: 2\n\nevent: e\ndata: 3\n\n"
+    for size in range(1, len(stream) + 1):
+        buffer = EventBuffer(LIMIT)
+        out = [buffer.feed(stream[i:i + size]) for i in range(0, len(stream), size)]
+        assert b"".join(out) == stream and buffer.rest() == b""
+        assert all(o.endswith(b"\n\n") for o in out if o), size
+
+
+def test_a_chunk_of_whole_events_is_passed_as_it_is() -> None:
+    chunk = b"data: 1\n\n"
+    assert EventBuffer(LIMIT).feed(chunk) is chunk
+
+
+def test_the_limit_counts_the_unfinished_event_only() -> None:
+    cut: list[int] = []
+    buffer = EventBuffer(10, lambda: cut.append(1))
+    assert buffer.feed(b"0123456789\n\n") == b"0123456789\n\n"  # whole events go
+    assert buffer.feed(b"012345") == b"" and buffer.feed(b"6789") == b""
+    assert buffer.rest() == b"0123456789"
+    with pytest.raises(EventTooLarge) as err:
+        buffer.feed(b"a")
+    assert isinstance(err.value, BadGateway) and "PROXY_MAX_EVENT_BYTES" in str(err.value)
+    assert cut == [1] and buffer.rest() == b""
+
+
+class EndlessVllm(FakeVllm):
+    """An upstream that starts a stream well, then sends bytes with no event boundary: as
+    many as a test reads, then it waits forever (an unbounded relay never ends it)."""
+
+    JUNKS = 4 * LIMIT // len(JUNK)  # sent before the wait: four times the limit
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pause = (1 + self.JUNKS, asyncio.Event())
+
+    def _sse(self, data: dict[str, Any], chat: bool) -> list[bytes]:
+        return [super()._sse(data, chat)[0], *[JUNK] * (self.JUNKS + 1)]
+
+    def _responses(self, data: dict[str, Any]) -> Any:
+        reply = super()._responses(data)
+        reply.events = [reply.events[0], *[JUNK] * (self.JUNKS + 1)]
+        return reply
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+async def test_an_event_that_never_ends_cuts_the_stream_with_an_error_event(path: str) -> None:
+    fake = EndlessVllm()
+    body: dict[str, Any] = {"model": "tiny", "stream": True}
+    body.update({"input": "hi"} if path == "/v1/responses"
+                else {"messages": [{"role": "user", "content": "hi"}]})
+    s = Settings(upstreams=("http://vllm:8000",), cache="off", max_event_bytes=LIMIT)
+    async with proxy_client(s, transport=fake.transport) as c:
+        async with asyncio.timeout(10):
+            r = await c.post(path, json=body)
+        metrics = (await c.get("/metrics")).text
+    assert r.status_code == 200  # the headers were out
+    events = r.content.rstrip(b"\n").split(b"\n\n")
+    assert len(events) == 2 and b"x" * 64 not in r.content  # the first event, then the error
+    if path == "/v1/responses":
+        assert events[1].startswith(b"event: error\ndata: ")
+        error = json.loads(events[1].split(b"data: ", 1)[1])
+        assert error["type"] == "error" and error["sequence_number"] == 1
+    else:
+        error = json.loads(events[1].removeprefix(b"data: "))["error"]
+    assert error["code"] == "bad_gateway" and "PROXY_MAX_EVENT_BYTES" in error["message"]
+    assert f'proxy_events_too_large_total{{route="{path}"}} 1.0' in metrics
+    assert f'proxy_requests_total{{route="{path}",status="502"}} 1.0' in metrics
+    assert 'proxy_inflight_requests 0.0' in metrics
