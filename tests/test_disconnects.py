@@ -15,7 +15,8 @@ import pytest
 
 from proxy.settings import Settings
 from tests.support.procs import ensure_tiny_model
-from tests.support.reliability import Mock, Served, mock_upstream, served_proxy, wait_for
+from tests.support.reliability import Mock, Served, mock_upstream, served_proxy
+from tests.support.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 

@@ -21,8 +21,8 @@ from tests.support.reliability import (
     mock_process,
     mock_upstream,
     served_proxy,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.support.procs import Vllm, proxy_process, start_vllm
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -60,14 +61,6 @@ def generated(vllm: Vllm) -> float:
     text = httpx.get(vllm.url + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("vllm:generation_tokens_total"))
-
-
-def wait_for(check: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.2)
 
 
 def proxy_gauge(proxy: str, name: str) -> float:
@@ -129,7 +122,7 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
             # vLLM's counters are published by its engine loop, not at once: wait until they
             # count the answered request and nothing runs
             wait_for(lambda: completed(vllm) >= 1 and running(vllm) == 0,
-                     "vLLM counted the earlier requests", 180)
+                     "vLLM counted the earlier requests", 180, every=0.2)
             done, tokens = completed(vllm), generated(vllm)
             body = {**LONG, "stream": stream,
                     "messages": [{"role": "user", "content": f"disconnect {stream}"}]}
@@ -149,7 +142,8 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
             # 4.7 s, a freed slot after 50 s), so the deadline is generous. What proves the
             # abort: the request left vLLM's running set without finishing for any other reason
             # (length, stop), short of the 30000 tokens it asked for.
-            wait_for(lambda: running(vllm) == 0, "vLLM freed the disconnected request", 180)
+            wait_for(lambda: running(vllm) == 0, "vLLM freed the disconnected request", 180,
+                     every=0.2)
             made = generated(vllm) - tokens
             assert completed(vllm) == done, (stream, made)  # aborted, not run out
             assert finished(vllm, "length") == 1 and made < LONG["max_tokens"], (stream, made)
@@ -163,7 +157,8 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
             if "data: [DONE]" not in events:
                 break
             vllm = restart(own_vllm)
-            wait_for(lambda: c.get("/ready").status_code == 200, "proxy ready again", 30)
+            wait_for(lambda: c.get("/ready").status_code == 200, "proxy ready again", 30,
+                     every=0.2)
         else:
             raise AssertionError("vLLM always finished its answer before the kill landed")
         assert events[-1] != "data: [DONE]" and "data: [DONE]" not in events
@@ -184,7 +179,8 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
         assert c.get("/health").status_code == 200
         # 4. restart vLLM on the same port; the same proxy recovers by itself
         restarted = restart(own_vllm)
-        wait_for(lambda: c.get("/ready").status_code == 200, "proxy ready again", 30)
+        wait_for(lambda: c.get("/ready").status_code == 200, "proxy ready again", 30,
+                 every=0.2)
         codes = [c.post("/v1/chat/completions", json={**LONG, "max_tokens": 4}).status_code
                  for _ in range(3)]
         assert codes == [200, 200, 200]
@@ -194,5 +190,6 @@ def test_vllm_killed_mid_stream_then_restarted(own_vllm: Vllm) -> None:
         assert again.text.endswith("data: [DONE]\n\n")
         hit = c.post("/v1/chat/completions", json=killed)
         assert hit.headers["x-cache"] == "HIT"
-        wait_for(lambda: proxy_gauge(proxy, "proxy_inflight_requests") == 0, "no slot held", 10)
-        wait_for(lambda: running(restarted) == 0, "vLLM idle", 30)
+        wait_for(lambda: proxy_gauge(proxy, "proxy_inflight_requests") == 0, "no slot held", 10,
+                 every=0.2)
+        wait_for(lambda: running(restarted) == 0, "vLLM idle", 30, every=0.2)

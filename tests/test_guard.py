@@ -14,7 +14,8 @@ import pytest
 from proxy.guard import HEADROOM, Guard, connection_cap
 from proxy.settings import Settings
 from tests.support.procs import ensure_tiny_model
-from tests.support.reliability import Served, mock_upstream, served_proxy, wait_for
+from tests.support.reliability import Served, mock_upstream, served_proxy
+from tests.support.waiting import wait_for
 
 GUARDED = "proxy.guard:GuardedProtocol"
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.procs import REPO, free_port, proxy_process, wait_http
+from tests.support.waiting import wait_for
 
 MSG = [{"role": "user", "content": "write about the river and the mountain"}]
 
@@ -41,14 +42,6 @@ def vllm_metric(vllm, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} {labels} not on vLLM's /metrics")
-
-
-def wait_for(check, what: str, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.2)
 
 
 @pytest.mark.vllm
@@ -95,7 +88,8 @@ def test_client_disconnect_frees_the_upstream_request(proxy, vllm, stream):
         return (vllm_metric(vllm, "vllm:request_generation_tokens_bucket", le="+Inf")
                 - vllm_metric(vllm, "vllm:request_generation_tokens_bucket", le="1000.0"))
 
-    wait_for(lambda: vllm_metric(vllm, "vllm:num_requests_running") == 0, "vLLM idle")
+    wait_for(lambda: vllm_metric(vllm, "vllm:num_requests_running") == 0, "vLLM idle", 60,
+             every=0.2)
     before = long_ones()
     body = {"model": "tiny", "messages": MSG, "max_tokens": 30000, "ignore_eos": True,
             "stream": stream}
@@ -110,7 +104,8 @@ def test_client_disconnect_frees_the_upstream_request(proxy, vllm, stream):
             with pytest.raises(httpx.ReadTimeout):
                 client.post(proxy + "/v1/chat/completions", json=body)
     # generous: this VM can freeze processes for seconds; the histogram proves the abort
-    wait_for(lambda: vllm_metric(vllm, "vllm:num_requests_running") == 0, "slot freed", 180)
+    wait_for(lambda: vllm_metric(vllm, "vllm:num_requests_running") == 0, "slot freed", 180,
+             every=0.2)
     time.sleep(1.0)  # vLLM publishes its histograms from the engine loop, not at once
     assert long_ones() == before
 

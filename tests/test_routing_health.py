@@ -17,7 +17,8 @@ from proxy.routing.backend import Backend
 from proxy.routing.health import PROBE_WAIT, watch
 from proxy.settings import Settings
 from tests.support.procs import ensure_tiny_model
-from tests.support.reliability import mock_upstream, served_proxy, wait_for
+from tests.support.reliability import mock_upstream, served_proxy
+from tests.support.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.support.procs import REPO, ensure_tiny_model, free_port, wait_http
-from tests.support.reliability import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 CHAT = "/v1/chat/completions"

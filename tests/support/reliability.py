@@ -7,8 +7,7 @@ import asyncio
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,14 +24,6 @@ from proxy.settings import Settings
 from tests.support.procs import REPO
 
 T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], bool], what: str, deadline: float = 30.0) -> None:
-    end = time.monotonic() + deadline
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
 
 
 class LoopThread:
