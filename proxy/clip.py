@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import effective
 from proxy.errors import BadRequest, InputTooLong
 from proxy.tokens import Messages, TokenCounter, TokenEncoder
+from proxy.types import Kind
 
 SYSTEM_ROLES = ("system", "developer")
 
@@ -30,15 +32,19 @@ class Clipped:
                 f"dropped_messages={self.dropped}; trimmed={'yes' if self.trimmed else 'no'}")
 
 
-def kept_by_vllm(body: dict[str, Any], max_model_len: int | None) -> int | None:
+def kept_by_vllm(kind: Kind, body: dict[str, Any], max_model_len: int | None) -> int | None:
     """The prompt tokens vLLM keeps when the request asks it to truncate the prompt
-    (`truncate_prompt_tokens`: that many; -1: the context less the one token it holds back
-    for output); None when it does not (or the value is one vLLM refuses: it answers that)."""
+    (`truncate_prompt_tokens`: that many; -1: the context, less the one token it holds back
+    for output when the request names an output length: completions always do, 16 by default;
+    a chat with none keeps the whole context, which then leaves no room: vLLM's 400); None when
+    it does not (or the value is one vLLM refuses: it answers that)."""
     n = body.get("truncate_prompt_tokens")
     if isinstance(n, bool) or not isinstance(n, int):
         return None
     if n == -1:
-        return None if max_model_len is None else max_model_len - 1
+        if max_model_len is None:
+            return None
+        return max_model_len - 1 if effective.output_tokens(kind, body) else max_model_len
     return n if n >= 1 else None
 
 

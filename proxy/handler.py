@@ -129,12 +129,15 @@ class CompletionHandler:
             trace.prompt = body.get("messages") if kind == "chat" else body.get("prompt")
         model = await d.catalog.resolve(body.get("model") or None)  # "": vLLM's default too
         body["model"] = model.name
-        in_limit = min(s.max_input_tokens or 1 << 31, (model.max_model_len or 1 << 31) - 1)
+        policy.check_lengths(kind, body, model.max_model_len)
+        own_limit = s.max_input_tokens or 1 << 31
+        in_limit = min(own_limit, (model.max_model_len or 1 << 31) - 1)
         clipper = clip.clip_chat if kind == "chat" else clip.clip_prompt
         # a prompt vLLM truncates itself (truncate_prompt_tokens) is as long as it keeps: a
-        # longer one is no 400 there, nor its output capped by the whole (found by a review)
-        keep = clip.kept_by_vllm(body, model.max_model_len)
-        if keep is not None and keep > in_limit:
+        # longer one is no 400 there, nor its output capped by the whole (found by a review);
+        # one it keeps whole-context long leaves no room for output: its 400, below
+        keep = clip.kept_by_vllm(kind, body, model.max_model_len)
+        if keep is not None and keep > own_limit:
             keep = None
         clipped = await clipper(body, d.counter, model.name,
                                 in_limit if keep is None else 1 << 31,
@@ -142,14 +145,15 @@ class CompletionHandler:
                                 ids=d.upstream.balancer.policy.wants_tokens)
         input_tokens = clipped.input_tokens if keep is None else min(clipped.input_tokens, keep)
         trace.tokens_in = input_tokens
+        # before the key is charged: a prompt that leaves no room is refused as vLLM refuses it
+        out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len, input_tokens)
         if trace.lease is not None:
             await self.limits.spend(tenant, trace.lease, input_tokens * trace.weight)
         if clipped.truncated:
             headers["X-Proxy-Input-Truncated"] = clipped.header()
             d.metrics.clipped.labels("input_truncated").inc()
         body = policy.force_greedy(clipped.body) if s.greedy else clipped.body
-        out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len, input_tokens)
-        body, asked = policy.cap_output(kind, body, out_limit, model.max_model_len)
+        body, asked = policy.cap_output(kind, body, out_limit)
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
             d.metrics.clipped.labels("output").inc()

