@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import effective
-from proxy.errors import BadRequest, InputTooLong
+from proxy.errors import BadRequest, InputTooLong, context_exceeded
 from proxy.tokens import Messages, TokenCounter, TokenEncoder
 from proxy.types import Kind
 
@@ -48,14 +48,21 @@ def kept_by_vllm(kind: Kind, body: dict[str, Any], max_model_len: int | None) ->
     return n if n >= 1 else None
 
 
-def _too_long(sent: int, limit: int) -> InputTooLong:
+def _too_long(sent: int, limit: int, context: int | None, original: int,
+              ids: bool = False) -> BadRequest:
+    """The proxy's refusal of a prompt past its own limit (PROXY_MAX_INPUT_TOKENS); when the
+    model's context is the limit (`context`), vLLM's own refusal of the prompt as it was sent
+    (`original` tokens; `ids`: a list of token ids), as a client without the proxy would get."""
+    if context is not None:
+        return context_exceeded(original, context, ids)
     return InputTooLong(f"This request has {sent} input tokens, but at most {limit} input "
                         f"tokens are allowed. Shorten the input.", param="messages")
 
 
 async def clip_chat(body: dict[str, Any], counter: TokenCounter, model: str, limit: int,
-                    truncate: bool, ids: bool = False) -> Clipped:
-    """ids: also return the prompt's token ids (one tokenization, when the counter can)."""
+                    truncate: bool, ids: bool = False, context: int | None = None) -> Clipped:
+    """ids: also return the prompt's token ids (one tokenization, when the counter can);
+    context: the model's, when it is what sets the limit (a refusal is then vLLM's)."""
     messages: Messages = body["messages"]
     tools = body.get("tools") if isinstance(body.get("tools"), list) else None
     encoder = counter if ids and isinstance(counter, TokenEncoder) else None
@@ -70,12 +77,16 @@ async def clip_chat(body: dict[str, Any], counter: TokenCounter, model: str, lim
     total = len(first) if first is not None else await count(messages)
     if total <= limit:
         return Clipped(body, total, total, token_ids=first)
+
+    def too_long(sent: int) -> BadRequest:
+        return _too_long(sent, limit, context, total)
+
     if not truncate:
-        raise _too_long(total, limit)
+        raise too_long(total)
     system = [i for i, m in enumerate(messages) if m.get("role") in SYSTEM_ROLES]
     turns = [i for i, m in enumerate(messages) if m.get("role") not in SYSTEM_ROLES]
     if not turns:
-        raise _too_long(total, limit)
+        raise too_long(total)
 
     def keep_from(k: int) -> Messages:
         kept = set(system) | set(turns[k:])
@@ -102,19 +113,19 @@ async def clip_chat(body: dict[str, Any], counter: TokenCounter, model: str, lim
     last = kept[-1]
     content = last.get("content")
     if not isinstance(content, str):
-        raise _too_long(tokens, limit)
+        raise too_long(tokens)
     for _ in range(4):
         size = await counter.count_text(model, content)
         keep = size - (tokens - limit) - 1
         if keep <= 0:
-            raise _too_long(tokens, limit)
+            raise too_long(tokens)
         content = await counter.tail(model, content, keep)
         kept = [*kept[:-1], {**last, "content": content}]
         tokens = await count(kept)
         if tokens <= limit:
             return Clipped({**body, "messages": kept}, tokens, total, dropped=best,
                            trimmed=True, token_ids=await encode(kept))
-    raise _too_long(tokens, limit)
+    raise too_long(tokens)
 
 
 async def _prompt_ids(prompt: str | list[int], counter: TokenCounter, model: str,
@@ -127,7 +138,7 @@ async def _prompt_ids(prompt: str | list[int], counter: TokenCounter, model: str
 
 
 async def _clip_one(prompt: str | list[int], counter: TokenCounter, model: str, limit: int,
-                    truncate: bool, ids: bool
+                    truncate: bool, ids: bool, context: int | None
                     ) -> tuple[str | list[int], int, int, list[int] | None]:
     encoded = await _prompt_ids(prompt, counter, model, ids)
     if encoded is not None:
@@ -138,7 +149,7 @@ async def _clip_one(prompt: str | list[int], counter: TokenCounter, model: str, 
     if size <= limit:
         return prompt, size, size, encoded
     if not truncate:
-        raise _too_long(size, limit)
+        raise _too_long(size, limit, context, size, isinstance(prompt, list))
     if isinstance(prompt, list):
         return prompt[-limit:], limit, size, prompt[-limit:]
     keep = limit
@@ -148,12 +159,14 @@ async def _clip_one(prompt: str | list[int], counter: TokenCounter, model: str, 
         if now <= limit:
             return cut, now, size, await _prompt_ids(cut, counter, model, ids)
         keep -= now - limit
-    raise _too_long(size, limit)
+    raise _too_long(size, limit, context, size)
 
 
 async def clip_prompt(body: dict[str, Any], counter: TokenCounter, model: str, limit: int,
-                      truncate: bool, ids: bool = False) -> Clipped:
-    """ids: also return the first prompt's token ids, for routing."""
+                      truncate: bool, ids: bool = False, context: int | None = None) -> Clipped:
+    """ids: also return the first prompt's token ids, for routing; context: as clip_chat's.
+    The prompts of a batch are counted in order, and the first one too long is refused, as
+    vLLM's renderer does."""
     prompt = body["prompt"]
     single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
     prompts: list[Any] = [prompt] if single else list(prompt)
@@ -163,7 +176,7 @@ async def clip_prompt(body: dict[str, Any], counter: TokenCounter, model: str, l
     for i, p in enumerate(prompts):
         try:
             cut, tokens, size, encoded = await _clip_one(p, counter, model, limit, truncate,
-                                                         ids and i == 0)
+                                                         ids and i == 0, context)
         except InputTooLong as exc:
             exc.param = "prompt"
             raise

@@ -37,6 +37,9 @@ class BadRequest(ProxyError):
 
 
 class InputTooLong(BadRequest):
+    """A prompt past the proxy's own limit (PROXY_MAX_INPUT_TOKENS); one past the model's
+    context is refused as vLLM refuses it (context_exceeded)."""
+
     code = "context_length_exceeded"
 
 
@@ -52,6 +55,29 @@ class VllmValueError(BadRequest):
 
     type = "BadRequestError"
     code = 400
+
+
+def no_output_room(room: int) -> VllmValueError:
+    """vLLM's answer when the prompt leaves no room for output in the context: the output
+    length it computes, context less prompt, is under 1 (SamplingParams' own check)."""
+    return VllmValueError(f"max_tokens must be at least 1, got {room}. "
+                          f"(parameter=max_tokens, value={room})", param="max_tokens")
+
+
+def context_exceeded(tokens: int, context: int, ids: bool) -> VllmValueError:
+    """vLLM's answer for a prompt of `tokens` tokens and a model's context of `context` (no
+    truncation asked): past it, its renderer's refusal, which counts a text prompt only up to
+    context + 1 tokens (it tokenizes no further) and says "at least" for that count; one that
+    fills it exactly leaves no room for output. `ids`: the prompt is a list of token ids."""
+    if tokens <= context:
+        return no_output_room(context - tokens)
+    count = tokens if ids else context + 1
+    least = "at least " if count == context + 1 else ""
+    return VllmValueError(
+        f"This model's maximum context length is {context} tokens. However, your prompt "
+        f"contains {least}{count} input tokens, which exceeds this limit even without any "
+        f"output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={count})", param="input_tokens")
 
 
 # vLLM's clean_loc_for_param (entrypoints/serve/exception_handling/handlers/validation.py):

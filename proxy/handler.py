@@ -130,8 +130,15 @@ class CompletionHandler:
         model = await d.catalog.resolve(body.get("model") or None)  # "": vLLM's default too
         body["model"] = model.name
         policy.check_lengths(kind, body, model.max_model_len)
+        truncate = s.input_overflow == "truncate"
         own_limit = s.max_input_tokens or 1 << 31
-        in_limit = min(own_limit, (model.max_model_len or 1 << 31) - 1)
+        # vLLM takes a prompt as long as the context (then refuses the output length 0 left:
+        # output_limit); the proxy's truncation leaves a token for output. Where the context
+        # is the limit, a prompt past it is refused as vLLM refuses it (the proxy's own
+        # context_length_exceeded, which vLLM never answers, is for PROXY_MAX_INPUT_TOKENS)
+        model_limit = (model.max_model_len or 1 << 31) - (1 if truncate else 0)
+        in_limit = min(own_limit, model_limit)
+        context = model.max_model_len if own_limit >= model_limit else None
         clipper = clip.clip_chat if kind == "chat" else clip.clip_prompt
         # a prompt vLLM truncates itself (truncate_prompt_tokens) is as long as it keeps: a
         # longer one is no 400 there, nor its output capped by the whole (found by a review);
@@ -140,9 +147,8 @@ class CompletionHandler:
         if keep is not None and keep > own_limit:
             keep = None
         clipped = await clipper(body, d.counter, model.name,
-                                in_limit if keep is None else 1 << 31,
-                                s.input_overflow == "truncate",
-                                ids=d.upstream.balancer.policy.wants_tokens)
+                                in_limit if keep is None else 1 << 31, truncate,
+                                ids=d.upstream.balancer.policy.wants_tokens, context=context)
         input_tokens = clipped.input_tokens if keep is None else min(clipped.input_tokens, keep)
         trace.tokens_in = input_tokens
         # before the key is charged: a prompt that leaves no room is refused as vLLM refuses it

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import effective
-from proxy.errors import VllmValueError
+from proxy.errors import VllmValueError, no_output_room
 from proxy.types import Kind
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1}
@@ -48,8 +48,7 @@ def output_limit(max_output: int, context_len: int | None, input_tokens: int) ->
         return max_output
     room = context_len - input_tokens
     if room < 1:
-        raise VllmValueError(f"max_tokens must be at least 1, got {room}. "
-                             f"(parameter=max_tokens, value={room})", param="max_tokens")
+        raise no_output_room(room)
     return min(max_output, room)
 
 

