@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -23,19 +24,69 @@ JSON = "application/json"
 
 
 def error_content(err: ProxyError) -> bytes:
+    """The error's body: the proxy's own, vLLM's as it sent it when OpenAI-shaped, any other
+    upstream body (another server, a gateway, FastAPI's `{"detail": ...}`) translated here."""
     if isinstance(err, UpstreamHTTPError):
-        return err.content if _is_openai_error(err.content) else orjson.dumps(
-            {"error": {"message": err.content.decode("utf-8", "replace")[:2000],
-                       "type": "upstream_error", "param": None, "code": err.status}})
+        data = _json_or_none(err.content)
+        return err.content if _is_openai_error(data) else orjson.dumps(
+            upstream_error(err.status, err.content, data))
     return orjson.dumps(err.body())
 
 
-def _is_openai_error(content: bytes) -> bool:
+_MAX_MESSAGE = 2000
+
+
+def _json_or_none(content: bytes) -> Any:
     try:
-        data = orjson.loads(content)
+        return orjson.loads(content)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(data, dict) and isinstance(data.get("error"), dict)
+        return None
+
+
+def _is_openai_error(data: Any) -> bool:
+    """`{"error": {"message", "type", "param", "code"}}`, as vLLM and OpenAI send errors."""
+    error = data.get("error") if isinstance(data, dict) else None
+    return isinstance(error, dict) and isinstance(error.get("message"), str) \
+        and isinstance(error.get("type"), str) and "param" in error and "code" in error
+
+
+def upstream_error(status: int, content: bytes, data: Any) -> dict[str, Any]:
+    """An upstream error body that is not OpenAI-shaped (`data`: its JSON, None if none), in
+    that shape: its message (`error.message`, `error` as text, FastAPI's `detail`, `message`;
+    else the body's text), the `type`, `param` and `code` it has, the rest as vLLM fills them
+    for an HTTPException: the status's phrase ("Internal Server Error"), no param, the status.
+    Before, any JSON with an `error` object was relayed as is (`{"error": {"message": "x"}}`,
+    no type), and `{"detail": ...}` became a message holding the whole body."""
+    error = data.get("error") if isinstance(data, dict) else None
+    given = error if isinstance(error, dict) else {}
+    message = _message(data, error)
+    if message is None:
+        message = content.decode("utf-8", "replace")
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:  # a status no standard names
+        phrase = "upstream_error"
+    kind, param, code = given.get("type"), given.get("param", None), given.get("code", status)
+    return {"error": {
+        "message": message[:_MAX_MESSAGE],
+        "type": kind if isinstance(kind, str) else phrase,
+        "param": param if param is None or isinstance(param, str) else None,
+        "code": code if code is None or (isinstance(code, str | int)
+                                         and not isinstance(code, bool)) else status}}
+
+
+def _message(data: Any, error: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    if isinstance(error, dict):
+        found = error.get("message")
+    elif error is not None:
+        found = error
+    else:
+        found = data.get("detail", data.get("message"))
+    if found is None:
+        return None
+    return found if isinstance(found, str) else dumps(found).decode()
 
 
 # orjson reads an integer past 64 bits as a float (10**30 -> 1e30): where one may be, parse as

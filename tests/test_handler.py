@@ -235,6 +235,20 @@ async def test_upstream_errors_keep_status_and_body():
     assert (s.status_code, s.json()) == (400, body)
 
 
+@pytest.mark.parametrize("sent", [{"error": {"message": "x"}}, {"detail": "x"}])
+async def test_an_upstream_error_not_openai_shaped_is_translated(sent: dict[str, Any]):
+    # `{"error": {"message": "x"}}` (no type, param, code) was relayed as is, and FastAPI's
+    # `{"detail": "x"}` became a message holding the whole body: now both are OpenAI-shaped
+    fake = FakeVllm(fail_with=(500, sent))
+    want = {"error": {"message": "x", "type": "Internal Server Error", "param": None,
+                      "code": 500}}
+    async with proxy_client(settings(), transport=fake.transport) as c:
+        r = await c.post("/v1/chat/completions", json=CHAT)
+        s = await c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert (r.status_code, r.json()) == (500, want)
+    assert (s.status_code, s.json()) == (500, want)
+
+
 @pytest.mark.parametrize(("knob", "status"), [("connect", 503), ("timeout", 504)])
 async def test_upstream_down_or_slow_is_an_openai_error(knob: str, status: int):
     fake = FakeVllm()

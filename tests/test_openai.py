@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 import orjson
 import pytest
@@ -135,7 +136,32 @@ def test_error_bodies_are_openai_shaped():
     upstream = b'{"error": {"message": "m", "type": "t", "param": null, "code": 400}}'
     assert error_content(UpstreamHTTPError(400, upstream)) == upstream
     wrapped = orjson.loads(error_content(UpstreamHTTPError(502, b"<html>bad</html>")))
-    assert wrapped["error"]["message"] == "<html>bad</html>" and wrapped["error"]["code"] == 502
+    assert wrapped == {"error": {"message": "<html>bad</html>", "type": "Bad Gateway",
+                                 "param": None, "code": 502}}
+
+
+@pytest.mark.parametrize(("status", "sent", "want"), [
+    (500, {"error": {"message": "x"}}, ("x", "Internal Server Error", None, 500)),
+    (404, {"detail": "Not Found"}, ("Not Found", "Not Found", None, 404)),
+    (422, {"detail": [{"loc": ["body"], "msg": "bad"}]},
+     ('[{"loc":["body"],"msg":"bad"}]', "Unprocessable Entity", None, 422)),
+    (503, {"error": "overloaded"}, ("overloaded", "Service Unavailable", None, 503)),
+    (503, {"message": "busy"}, ("busy", "Service Unavailable", None, 503)),
+    (429, {"error": {"message": "m", "type": "rate_limit", "code": "slow"}},
+     ("m", "rate_limit", None, "slow")),
+    (400, {"error": {"message": "m", "type": 5, "param": ["x"], "code": True}},
+     ("m", "Bad Request", None, 400)),
+    (500, {"error": {"code": 7}}, ('{"error": {"code": 7}}', "Internal Server Error", None, 7)),
+    (599, [1], ("[1]", "upstream_error", None, 599))])
+def test_a_foreign_upstream_error_is_translated_to_openais_shape(
+        status: int, sent: Any, want: tuple[Any, ...]) -> None:
+    # an upstream that is not vLLM (a gateway, another server) or FastAPI's own `{"detail"}`:
+    # any JSON with an `error` object was relayed as is (no type, no code), and `detail` became
+    # a message holding the whole body; now the message is kept and the rest filled in as
+    # vLLM fills an HTTPException's (type: the status's phrase, code: the status)
+    content = json.dumps(sent).encode()
+    got = orjson.loads(error_content(UpstreamHTTPError(status, content)))
+    assert got == {"error": dict(zip(("message", "type", "param", "code"), want, strict=True))}
 
 
 def test_wants_usage():
