@@ -3,7 +3,12 @@
 `POST /v1/responses` (shaped by proxy/responses.py first: greedy, output cap; streamed through
 proxy/responses_sse.py). Every one goes through what the completion routes go through: API
 key, media type, the key's limits, the body-size limit and time, JSON and depth checks, an
-admission slot, the balancer; errors are OpenAI-shaped, a bug a logged 500."""
+admission slot, the balancer; errors are OpenAI-shaped, a bug a logged 500.
+
+A stored response, `GET /v1/responses/{id}` (its query as sent: `stream`, `starting_after`)
+and `POST /v1/responses/{id}/cancel`, has no body: the API key, the key's limits and an
+admission slot; vLLM keeps it in one replica's memory, so the replicas are asked in turn until
+one knows the id (the others' 404 have no effect), and only the last 404 is the client's."""
 
 from __future__ import annotations
 
@@ -11,18 +16,20 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
-from proxy.errors import VllmTypeError
+from proxy.errors import UpstreamHTTPError, VllmTypeError
 from proxy.handler import Deps, Trace, answered, event_buffer, name_upstream
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.relay import JsonAnswer, RelayResponse
 from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
+from proxy.routing.backend import Backend
 from proxy.upstream import UpstreamStream
 
 if TYPE_CHECKING:
@@ -31,6 +38,9 @@ if TYPE_CHECKING:
 
 RESPONSES = "/v1/responses"
 PATHS = ("/tokenize", "/detokenize", RESPONSES)
+STORED = "/v1/responses/{response_id}"  # the routes' names, in metrics and the access log
+CANCEL = "/v1/responses/{response_id}/cancel"
+_TRUE = frozenset({"1", "true", "on", "yes", "t", "y"})  # a bool query value, as vLLM reads it
 
 
 class Passthrough:
@@ -75,11 +85,51 @@ class Passthrough:
             estimate = await d.counter.count_text(model.name, text) if text else 0
             await self._charge(trace, estimate, None)
         if body.get("stream") is True:
-            return await self._stream(request, openai.dumps(body), trace, headers)
+            return await self._stream(request, "POST", RESPONSES, openai.dumps(body), trace,
+                                      headers)
         content = await until_disconnect(request, self._fetch(path, openai.dumps(body), trace))
         in_, out = responses.usage(content)
         await self._charge(trace, in_, out)
         return self._answer(content, headers, trace)
+
+    async def stored(self, request: Request, route: str) -> Response:
+        """GET /v1/responses/{id} or POST /v1/responses/{id}/cancel (`route`: which)."""
+        trace = Trace(route, request_id(request), time.perf_counter())
+        headers = {"X-Request-ID": trace.rid}
+        return await answered(self._stored(request, trace, headers), trace, headers, self.d,
+                              self.done)
+
+    async def _stored(self, request: Request, trace: Trace,
+                      headers: dict[str, str]) -> Response:
+        trace.tenant = self.d.keys.tenant(request)
+        trace.lease = await self.limits.admit(trace.tenant)
+        query = request.url.query
+        path = trace.route.replace("{response_id}", quote(request.path_params["response_id"],
+                                                          safe="")) + (f"?{query}" if query else "")
+        method = request.method
+        stream = method == "GET" and \
+            request.query_params.get("stream", "").lower() in _TRUE
+        if stream:  # its events as they come; the response's usage was charged when made
+            return await self._stream(request, method, path, None, trace, headers,
+                                      charge=False)
+        content = await until_disconnect(request, self._fetch(path, None, trace, method))
+        return self._answer(content, headers, trace)
+
+    async def _reach(self, method: str, path: str, content: bytes | None,
+                     trace: Trace) -> UpstreamStream:
+        """The upstream answer; for a stored response, from the replica that holds it."""
+        up = self.d.upstream
+        avoid: tuple[Backend, ...] = ()
+        while True:
+            try:
+                return await up.open(method, path, content, upstream_headers(trace.rid),
+                                     avoid=avoid)
+            except UpstreamHTTPError as exc:
+                asked = [b for b in up.balancer.backends if b.url == exc.upstream]
+                avoid += tuple(asked)
+                if exc.status != 404 or not path.startswith(RESPONSES + "/") or not asked \
+                        or len(avoid) >= len(up.balancer.backends):
+                    raise
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         """The body as vLLM reads it (its errors for bad JSON), nested no deeper than allowed,
@@ -92,25 +142,26 @@ class Passthrough:
                           f"levels deep (the limit, PROXY_MAX_JSON_DEPTH)")
         return body
 
-    async def _fetch(self, path: str, content: bytes, trace: Trace) -> bytes:
+    async def _fetch(self, path: str, content: bytes | None, trace: Trace,
+                     method: str = "POST") -> bytes:
         async with self.d.admission.slot(trace.tenant):
-            opened = await self.d.upstream.open("POST", path, content, upstream_headers(trace.rid))
+            opened = await self._reach(method, path, content, trace)
             trace.upstream = opened.backend.url
             return await self.d.upstream.read(opened)
 
-    async def _open(self, content: bytes, trace: Trace) -> UpstreamStream:
+    async def _open(self, method: str, path: str, content: bytes | None,
+                    trace: Trace) -> UpstreamStream:
         await self.d.admission.acquire(trace.tenant)
         try:
-            return await self.d.upstream.open("POST", RESPONSES, content,
-                                              upstream_headers(trace.rid))
+            return await self._reach(method, path, content, trace)
         except BaseException:
             self.d.admission.release(trace.tenant)
             raise
 
-    async def _stream(self, request: Request, content: bytes, trace: Trace,
-                      headers: dict[str, str]) -> Response:
+    async def _stream(self, request: Request, method: str, path: str, content: bytes | None,
+                      trace: Trace, headers: dict[str, str], charge: bool = True) -> Response:
         d = self.d
-        upstream = await until_disconnect(request, self._open(content, trace))
+        upstream = await until_disconnect(request, self._open(method, path, content, trace))
         trace.upstream = upstream.backend.url
         name_upstream(self.d, headers, trace.upstream)
         outcome = ResponsesOutcome(started=trace.started)
@@ -124,9 +175,10 @@ class Passthrough:
                         outcome.first_byte - trace.started)
                 if not outcome.finished:
                     trace.status = 499 if outcome.error is None else outcome.error
-                await self._charge(trace, outcome.input_tokens,
-                                   outcome.output_tokens if outcome.output_tokens is not None
-                                   else outcome.events)  # cut early: what was relayed
+                if charge:
+                    await self._charge(trace, outcome.input_tokens,
+                                       outcome.output_tokens if outcome.output_tokens
+                                       is not None else outcome.events)  # cut: what was sent
             finally:
                 self.done(trace)
 

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from proxy.admin import cache_flush, cache_stats
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
 from proxy.handler import CompletionHandler, Deps
-from proxy.passthrough import Passthrough
+from proxy.passthrough import CANCEL, STORED, Passthrough
 from proxy.receive import request_id
 from proxy.relay import error_response, json_response
 from proxy.upstream import METADATA_WAIT
@@ -54,6 +54,16 @@ async def detokenize(request: Request) -> Response:
 async def responses(request: Request) -> Response:
     passthrough: Passthrough = request.app.state.passthrough
     return await passthrough(request, "/v1/responses")
+
+
+async def stored_response(request: Request) -> Response:
+    passthrough: Passthrough = request.app.state.passthrough
+    return await passthrough.stored(request, STORED)
+
+
+async def cancel_response(request: Request) -> Response:
+    passthrough: Passthrough = request.app.state.passthrough
+    return await passthrough.stored(request, CANCEL)
 
 
 async def models(request: Request) -> Response:
@@ -147,11 +157,12 @@ async def unexpected(request: Request, exc: Exception) -> Response:
                           {"X-Request-ID": rid})
 
 
-def get_only(path: str, endpoint: Any) -> Route:
-    """A GET route without the HEAD that Starlette adds to every GET route: vLLM's routes are
-    FastAPI's, which answer HEAD /v1/models, /health, /version with 405 (Allow: GET)."""
-    route = Route(path, endpoint, methods=["GET"])
-    route.methods = {"GET"}
+def get_only(path: str, endpoint: Any, *more: str) -> Route:
+    """A GET route (and `more` methods) without the HEAD that Starlette adds to every GET
+    route: vLLM's routes are FastAPI's, which answer HEAD /v1/models, /health, /version with
+    405 (Allow: GET)."""
+    route = Route(path, endpoint, methods=["GET", *more])
+    route.methods = {"GET", *more}
     return route
 
 
@@ -159,10 +170,13 @@ ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/v1/responses", responses, methods=["POST"]),
+    get_only(STORED, stored_response),
+    Route(CANCEL, cancel_response, methods=["POST"]),
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
     get_only("/v1/models", models),
     get_only("/health", health),
+    get_only("/ping", health, "POST"),  # vLLM's /ping (SageMaker's health check) is its /health
     get_only("/version", version),
     get_only("/ready", ready),
     Route("/metrics", metrics, methods=["GET"]),  # HEAD too: vLLM's /metrics answers it (200)

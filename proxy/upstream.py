@@ -91,12 +91,14 @@ class Upstream:
 
     async def open(self, method: str, path: str, content: bytes | None = None,
                    headers: Mapping[str, str] | None = None,
-                   route: RouteRequest | None = None, wait: float | None = None) -> UpstreamStream:
+                   route: RouteRequest | None = None, wait: float | None = None,
+                   avoid: tuple[Backend, ...] = ()) -> UpstreamStream:
         """Send where the routing policy says; on a connect error try the next one. Error
         statuses from vLLM raise UpstreamHTTPError with vLLM's own body. `wait` bounds a
-        metadata call (METADATA_WAIT): past it the replica is marked down and the next tried."""
+        metadata call (METADATA_WAIT): past it the replica is marked down and the next tried.
+        `avoid`: replicas not to send it to (already asked)."""
         key = await self.balancer.policy.key(route) if route is not None else None
-        tried: tuple[Backend, ...] = ()
+        tried = avoid
         last: UpstreamError = UpstreamUnavailable("no upstream is configured")
         retried = False  # sent on once after a replica died holding it
         while (choice := self.balancer.choose(key, tried)) is not None:

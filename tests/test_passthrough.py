@@ -178,3 +178,82 @@ async def test_a_responses_input_is_charged_to_the_key_before_the_call() -> None
         got = await second
     assert got.status_code == 429, got.text
     assert len(fake.completions("/v1/responses")) == 1
+
+
+MADE = {"model": "tiny", "input": "hi", "max_output_tokens": 3}
+
+
+async def test_a_stored_response_is_read_and_cancelled_through_the_proxy() -> None:
+    # vLLM serves GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (OpenAI's SDK:
+    # client.responses.retrieve / .cancel); the proxy answered 404 for both
+    fake = FakeVllm(held={"resp_1": MADE})
+    s = settings(api_keys=("sk-a",))
+    key = {"Authorization": "Bearer sk-a"}
+    async with proxy_client(s, transport=fake.transport) as c:
+        none = await c.get("/v1/responses/resp_1")
+        got = await c.get("/v1/responses/resp_1?starting_after=2", headers=key)
+        missing = await c.get("/v1/responses/resp_x", headers=key)
+        cancel = await c.post("/v1/responses/resp_1/cancel", headers=key)
+        cancel_missing = await c.post("/v1/responses/resp_x/cancel", headers=key)
+        streamed = await c.get("/v1/responses/resp_1?stream=true", headers=key)
+        wrong = await c.delete("/v1/responses/resp_1", headers=key)
+        text = (await c.get("/metrics")).text
+    assert none.status_code == 401
+    assert got.status_code == 200 and got.json()["id"] == "resp_fake", got.text
+    assert fake.requests[1].url == "http://vllm:8000/v1/responses/resp_1?starting_after=2"
+    assert fake.requests[1].method == "GET" and fake.requests[1].body in (b"", None)
+    assert (missing.status_code, missing.json()) == (404, {"error": {
+        "message": "Response with id 'resp_x' not found.", "type": "invalid_request_error",
+        "param": "response_id", "code": 404}})
+    assert cancel.status_code == 400 and cancel.json()["error"]["param"] == "response_id"
+    assert cancel_missing.status_code == 404
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    assert streamed.text.rstrip().split("\n")[-2] == "event: response.completed"
+    assert wrong.status_code == 405
+    # one label for every id (bounded), and a retrieved response is no new usage
+    assert 'proxy_requests_total{route="/v1/responses/{response_id}",status="200"} 2.0' in text
+    assert 'proxy_requests_total{route="/v1/responses/{response_id}/cancel",status="400"} 1.0' \
+        in text
+    assert "proxy_tokens_out_total{route=\"/v1/responses/{response_id}\"}" not in text
+
+
+async def test_a_stored_response_is_found_on_the_replica_that_holds_it() -> None:
+    # vLLM keeps a response in its own process: with several replicas the balancer's pick may
+    # not hold it; each is asked until one does
+    a, b = "http://a:8000", "http://b:8000"
+    fake = FakeVllm(held={"resp_1": MADE}, held_at=b)
+    s = settings(upstreams=(a, b), routing="least-loaded")
+    async with proxy_client(s, transport=fake.transport) as c:
+        found = [await c.get("/v1/responses/resp_1") for _ in range(4)]
+        cancel = await c.post("/v1/responses/resp_1/cancel")
+        asked = len(fake.requests)
+        missing = await c.get("/v1/responses/resp_x")
+    assert [r.status_code for r in found] == [200] * 4
+    assert cancel.status_code == 400  # B's answer (it holds it), not A's 404
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "response_id"
+    assert [r.url.split("/v1")[0] for r in fake.requests[asked:]] in ([a, b], [b, a])
+
+
+async def test_ping_is_the_proxys_health_as_vllms_is_its_own() -> None:
+    async with proxy_client(settings(api_keys=("sk-a",)), transport=FakeVllm().transport) as c:
+        got = [await c.get("/ping"), await c.post("/ping")]
+        head = await c.head("/ping")
+    assert [r.status_code for r in got] == [200, 200]
+    assert head.status_code == 405
+
+
+@pytest.mark.vllm
+async def test_stored_response_routes_answer_as_vllm_does(vllm: Any) -> None:
+    # vLLM's response store is off by default: a 404 for any id, the same through the proxy
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    async with httpx.AsyncClient(base_url=vllm.url, timeout=60) as direct, \
+            proxy_client(s) as proxied:
+        for method, path in (("GET", "/v1/responses/resp_abc"),
+                             ("GET", "/v1/responses/resp_abc?stream=true&starting_after=1"),
+                             ("POST", "/v1/responses/resp_abc/cancel"),
+                             ("GET", "/ping"), ("POST", "/ping"), ("HEAD", "/ping")):
+            want = await direct.request(method, path)
+            got = await proxied.request(method, path)
+            assert got.status_code == want.status_code, (method, path, got.text)
+            if path.startswith("/v1/"):
+                assert got.json() == want.json()

@@ -64,3 +64,26 @@ def events(data: dict[str, Any], model: str) -> list[bytes]:
     return [f"event: {e['type']}\ndata: ".encode()
             + json.dumps({**e, "sequence_number": i}).encode() + b"\n\n"
             for i, e in enumerate(out)]
+
+
+def not_found(response_id: str) -> dict[str, Any]:
+    """vLLM's answer for a stored response it does not hold."""
+    return {"error": {"message": f"Response with id '{response_id}' not found.",
+                      "type": "invalid_request_error", "param": "response_id", "code": 404}}
+
+
+def stored(method: str, path: str, query: str, held: dict[str, Any],
+           model: str) -> tuple[int, Any]:
+    """GET /v1/responses/{id} (`?stream=true`: its events) and POST .../cancel, as vLLM
+    answers them for the responses `held` (id -> the request that made it): a synchronous
+    response cannot be cancelled."""
+    rid = path.removeprefix("/v1/responses/").removesuffix("/cancel")
+    if rid not in held:
+        return 404, not_found(rid)
+    if path.endswith("/cancel"):
+        return 400, {"error": {"message": "Cannot cancel a synchronous response.",
+                               "type": "invalid_request_error", "param": "response_id",
+                               "code": 400}}
+    if "stream=true" in query:
+        return 200, events(held[rid], model)
+    return 200, response(held[rid], model)

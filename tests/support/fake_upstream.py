@@ -15,7 +15,9 @@ the listed base URLs; `read_timeout` makes completions time out (served: never a
 `stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
 completions until it is set; `pause` (n, event) holds each stream after n events until set;
 `finish` is every answer's finish_reason ("length", as max_tokens ends the fake's answers).
-It also answers /tokenize, /detokenize and /v1/responses (tests/support/fake_passthrough.py).
+It also answers /tokenize, /detokenize and /v1/responses (tests/support/fake_passthrough.py),
+and GET /v1/responses/{id} and its cancel for the responses in `held` (id -> the request that
+made it; only at the base URL `held_at` when set).
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class FakeVllm:
     gate: asyncio.Event | None = None  # completions wait for it (to hold requests in flight)
     pause: tuple[int, asyncio.Event] | None = None  # streams stop after n events until set
     finish: str = "length"
+    held: dict[str, Any] = field(default_factory=dict)  # stored responses: id -> request
+    held_at: str | None = None  # the one replica (base URL) that holds them; None: each
 
     @property
     def transport(self) -> FakeTransport:
@@ -170,6 +174,14 @@ class FakeVllm:
                               else fake_passthrough.detokenize)(json.loads(body))
             if path == "/tokenize" and status == 200:
                 answer["max_model_len"] = self.max_model_len
+            return FakeReply(status, json_body=answer)
+        if path.startswith("/v1/responses/"):
+            held = self.held if self.held_at in (None, base) else {}
+            status, answer = fake_passthrough.stored(method, path, url.partition("?")[2],
+                                                     held, self.model)
+            if isinstance(answer, list):
+                return FakeReply(status, events=answer,
+                                 headers={"content-type": "text/event-stream; charset=utf-8"})
             return FakeReply(status, json_body=answer)
         if path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
             if self.gate is not None:
