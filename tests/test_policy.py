@@ -1,3 +1,5 @@
+import json
+
 import httpx
 import pytest
 
@@ -20,6 +22,9 @@ def test_output_limit():
     assert output_limit(512, 2048, 100) == 512
     assert output_limit(512, 2048, 1800) == 248
     assert output_limit(512, None, 10**6) == 512
+    # a batch: each prompt gets the room its own length leaves, from vLLM
+    assert output_limit(512, 2048, 1800, batch=True) == 512
+    assert output_limit(100, 2048, 2047, batch=True) == 100
     with pytest.raises(VllmValueError) as info:  # no room: vLLM's own 400 for a length of 0
         output_limit(512, 2048, 2048)
     assert info.value.body()["error"] == {
@@ -105,6 +110,34 @@ async def test_max_tokens_past_the_models_context_is_refused_as_vllm_refuses_it(
     async with proxy_client(s) as c:
         r = await c.post("/v1/chat/completions", json=body, timeout=60)
     assert (r.status_code, r.json()) == (400, direct.json())
+
+
+@pytest.mark.vllm
+async def test_each_prompt_of_a_batch_gets_the_room_vllm_gives_it(vllm):
+    # vLLM runs each prompt of a batch for at most what the context leaves beside it; the
+    # proxy capped the batch's one length by the longest prompt's room (20 and 8 from vLLM,
+    # 8 and 8 through the proxy), and so its default 16 too
+    ctx = await _context(vllm.url)
+    base = {"model": "tiny", "prompt": [[5] * 10, [5] * (ctx - 8), [6] * 12],
+            "ignore_eos": True, "temperature": 0.0}
+    s = Settings(upstreams=(vllm.url,), cache="off")
+    async with httpx.AsyncClient(base_url=vllm.url, timeout=300) as direct, \
+            proxy_client(s) as proxied:
+        for extra in ({"max_tokens": 20}, {}, {"max_tokens": 20, "stream": True,
+                                               "stream_options": {"include_usage": True}}):
+            body = {**base, **extra}
+            want = await direct.post("/v1/completions", json=body)
+            got = await proxied.post("/v1/completions", json=body, timeout=300)
+            assert got.status_code == want.status_code == 200, got.text
+            assert _usage(got) == _usage(want), extra
+    assert _usage(want)["completion_tokens"] == 20 + 8 + 20
+
+
+def _usage(r: httpx.Response) -> dict[str, int]:
+    if r.headers["content-type"].startswith("text/event-stream"):
+        events = [e.removeprefix("data: ") for e in r.text.strip().split("\n\n")]
+        return json.loads(events[-2])["usage"]
+    return r.json()["usage"]
 
 
 async def _context(url: str) -> int:
