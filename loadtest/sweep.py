@@ -18,6 +18,9 @@ one, a point whose TTFT grew but still meets the SLO does not stop it (queueing 
 allows is still goodput): the ladder goes on until a point misses the SLO or falls behind the
 offered rate, so the bisection has a rate above the goodput to close on. When no rate tried
 missed the SLO, the goodput is only a lower bound, and is reported so ("goodput_bounded").
+A point whose window drew no arrival (a low rate's Poisson draw can) has no data: "no_data"
+true, neither saturated nor behind, its SLO verdict and latencies None; it is no knee, bounds
+no goodput, and a bisection stops at one (until 2026-11-28 its 0 answers read as behind).
 Every point's result is written as JSON; a PNG shows throughput and latency against load.
 """
 
@@ -167,13 +170,22 @@ def meets(res: dict[str, Any], slo: dict[str, float]) -> bool:
     ) and not left_unsent(res)
 
 
-def sent_rate(res: dict[str, Any], window: float) -> float:
-    """The rate offered to the window: its scheduled arrivals where the result counts them
-    (a capped client may not send them all before the run ends), else what was sent."""
+def window_arrivals(res: dict[str, Any]) -> int:
+    """The arrivals offered to the window: its scheduled ones where the result counts them
+    (a capped client may not send them all before the run ends), else those sent."""
     due = res.get("scheduled_in_window")
-    if due is None:
-        due = res.get("completed", 0) + res.get("failed", 0)
-    return float(due) / window
+    return int(res.get("completed", 0) + res.get("failed", 0) if due is None else due)
+
+
+def no_data(res: dict[str, Any]) -> bool:
+    """No arrival fell in the window (a low rate's Poisson draw can leave it empty): nothing
+    was offered, so the point says nothing of the server, neither saturation nor the SLO."""
+    return window_arrivals(res) == 0
+
+
+def sent_rate(res: dict[str, Any], window: float) -> float:
+    """The rate offered to the window (`window_arrivals`)."""
+    return float(window_arrivals(res)) / window
 
 
 def answered_rate(res: dict[str, Any], window: float) -> float:
@@ -191,12 +203,17 @@ def answered_rate(res: dict[str, Any], window: float) -> float:
 
 def behind(res: dict[str, Any], offered: float, window: float) -> bool:
     """Answered slower than sent (not over the run, whose drain of the last answers is
-    latency, not backlog)."""
+    latency, not backlog). A window without arrivals is not behind: there was nothing to answer
+    (until 2026-11-28, its 0 answers read as behind, and the sweep stopped there)."""
+    if no_data(res):
+        return False
     return res.get("completed", 0) == 0 or answered_rate(res, window) < ACHIEVED_MIN * offered
 
 
 def saturated(res: dict[str, Any], offered: float, window: float,
               base_ttft: float | None) -> bool:
+    if no_data(res):  # nothing offered: no sign of saturation either way
+        return False
     if behind(res, offered, window):
         return True
     ttft = res.get("mean_ttft_ms")
@@ -260,25 +277,29 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
         base = points[0]["mean_ttft_ms"] if points else None
         window = float((res.get("windows") or {}).get("steady_s") or a.point_duration)
         sent = sent_rate(res, window)
+        empty = no_data(res)
+        # no arrival in the window: its latencies are the zeros of no request, no verdict
+        latency = ("mean_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms")
         pt = {"offered_rate": rate, "phase": phase, "sent_rate": sent,
               # the window's answered requests per second of it; request_throughput is that
               # only with a ramp-up or drain (else over the run, the last answers' drain too)
               "achieved_rate": res.get("completed", 0) / window,
               "completion_rate": res.get("completion_rate"),
               "answered_rate": answered_rate(res, window) if res.get("completed") else None,
-              "mean_ttft_ms": res.get("mean_ttft_ms"),
+              "no_data": empty,
               "saturated": saturated(res, sent, window, base),
               "behind": behind(res, sent, window),
-              "meets_slo": meets(res, slo),
-              **{k: res.get(k) for k in ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
-                                         "output_throughput", "completed", "failed")}}
+              "meets_slo": None if empty else meets(res, slo),
+              **{k: None if empty else res.get(k) for k in latency},
+              **{k: res.get(k) for k in ("output_throughput", "completed", "failed")}}
         points.append(pt)
         (out / f"point-{len(points):02d}-{rate:g}.json").write_text(json.dumps(res, indent=1))
         print(f"  {phase:6} offered {rate:8.2f} req/s  sent {sent:8.2f}  achieved "
               f"{pt['achieved_rate'] or 0:8.2f}  answered {pt['answered_rate'] or 0:8.2f}"
               f"  mean TTFT {pt['mean_ttft_ms'] or 0:8.1f} ms"
               f"{'  SATURATED' if pt['saturated'] else ''}"
-              f"{'' if not slo else ('  SLO met' if pt['meets_slo'] else '  SLO missed')}",
+              f"{'' if not slo or empty else ('  SLO met' if pt['meets_slo'] else '  SLO missed')}"
+              f"{f'  NO DATA (no arrivals in the {window:g} s window)' if empty else ''}",
               flush=True)
         return pt
 
@@ -312,25 +333,28 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
 
 def knee_of(points: list[dict[str, Any]], key: str) -> tuple[Any, Any]:
     """(knee, first saturated level) of a ladder's points, levels read at `key`: the knee is
-    the highest unsaturated level below the first saturated one, unknown when none saturated."""
+    the highest unsaturated level below the first saturated one (one with data: `no_data`),
+    unknown when none saturated."""
     first_sat = next((p[key] for p in points if p["saturated"]), None)
     if first_sat is None:
         return None, None
-    return max((p[key] for p in points if not p["saturated"] and p[key] < first_sat),
-               default=None), first_sat
+    return max((p[key] for p in points if not p["saturated"] and not p.get("no_data")
+                and p[key] < first_sat), default=None), first_sat
 
 
 def bracketed(points: list[dict[str, Any]], goodput: float | None,
               key: str = "offered_rate") -> bool:
-    """Some level above the goodput missed the SLO (a miss below it bounds nothing)."""
-    return any(not p["meets_slo"] and (goodput is None or p[key] > goodput) for p in points)
+    """Some level above the goodput missed the SLO (a miss below it bounds nothing; a point
+    without data, `meets_slo` None, neither met nor missed it)."""
+    return any(p["meets_slo"] is False and (goodput is None or p[key] > goodput)
+               for p in points)
 
 
 def slo_bracket(points: list[dict[str, Any]], key: str) -> tuple[Any, Any]:
     """The highest level (at `key`) that met the SLO and the lowest above it that missed it."""
     lo = max((p[key] for p in points if p["meets_slo"]), default=None)
-    hi = min((p[key] for p in points if not p["meets_slo"] and (lo is None or p[key] > lo)),
-             default=None)
+    hi = min((p[key] for p in points
+              if p["meets_slo"] is False and (lo is None or p[key] > lo)), default=None)
     return lo, hi
 
 
@@ -342,7 +366,10 @@ def _bisect(a: argparse.Namespace, slo: dict[str, float], points: list[dict[str,
     lo, hi = float(lo), float(hi)
     for _ in range(a.bisect_steps):
         mid = (lo + hi) / 2
-        if run(mid, "bisect")["meets_slo"]:
+        verdict = run(mid, "bisect")["meets_slo"]
+        if verdict is None:  # no arrival in its window: no evidence either way; lo stands
+            break
+        if verdict:
             lo = mid
         else:
             hi = mid
