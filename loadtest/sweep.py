@@ -5,7 +5,7 @@ Each point is an open-loop run (Poisson arrivals at the offered rate for --point
 then a drain). A point is saturated when the server no longer keeps up: it answered
 (`answered_rate`: the window's answers per second, at the pace they kept against the
 arrivals) less than 90 % of the offered rate, or its mean TTFT grew past 3x the lightest
-point's (requests queue). "Offered" is what the
+answered point's (requests queue). "Offered" is what the
 schedule put in the window (Poisson counts vary around the nominal rate, so a short point is
 not called saturated for drawing few arrivals), counted whether or not a --max-concurrency
 client managed to send it. A TTFT SLO counts from each request's scheduled arrival (the wait
@@ -210,6 +210,14 @@ def behind(res: dict[str, Any], offered: float, window: float) -> bool:
     return res.get("completed", 0) == 0 or answered_rate(res, window) < ACHIEVED_MIN * offered
 
 
+def baseline_ttft(points: list[dict[str, Any]]) -> float | None:
+    """The mean TTFT later points' growth is judged against: the first point's that answered
+    (a point without answers has only the zero of no request, or no data: until 2026-11-28 the
+    first point's, whatever it was, so a 0 made every later point 'grown past 3x')."""
+    return next((float(p["mean_ttft_ms"]) for p in points
+                 if p.get("completed") and p.get("mean_ttft_ms") is not None), None)
+
+
 def saturated(res: dict[str, Any], offered: float, window: float,
               base_ttft: float | None) -> bool:
     if no_data(res):  # nothing offered: no sign of saturation either way
@@ -274,7 +282,7 @@ def sweep(a: argparse.Namespace, measure: Measure = _measure) -> dict[str, Any]:
 
     def run(rate: float, phase: str) -> dict[str, Any]:
         res = measure(point_args(a, rate, slo, len(points)))
-        base = points[0]["mean_ttft_ms"] if points else None
+        base = baseline_ttft(points)
         window = float((res.get("windows") or {}).get("steady_s") or a.point_duration)
         sent = sent_rate(res, window)
         empty = no_data(res)

@@ -2,10 +2,11 @@
 in flight for --point-duration s; throughput grows with C until the server is full, after
 which more concurrency only queues. A point is saturated when doubling (or whatever step the
 ladder takes) bought less than MIN_GAIN more completed requests per second than the previous
-point, or its mean TTFT grew past 3x the lightest point's; the ladder stops there and the knee
-is the last concurrency before it. Completed requests per second are counted inside the
-window the loop held C requests in flight (`window_completion_rate`), not over the whole run,
-whose drain after the last send holds fewer and fewer. With --slo, it goes on past saturation
+point, or its mean TTFT grew past 3x the lightest answered point's (`baseline_ttft`); the
+ladder stops there and the knee is the last concurrency before it. Completed requests per
+second are counted inside the window the loop held C requests in flight
+(`window_completion_rate`), not over the whole run, whose drain after the last send holds
+fewer and fewer. With --slo, it goes on past saturation
 while the SLO holds, and the highest concurrency that met it is the goodput point (integers:
 bisected between the last good and the first bad point; a lower bound, "goodput_bounded":
 false, when no level tried missed it).
@@ -24,6 +25,7 @@ from loadtest.sweep import (
     Measure,
     _measure,
     _plot,
+    baseline_ttft,
     bracketed,
     knee_line,
     knee_of,
@@ -63,7 +65,7 @@ def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dic
         res = measure(p)
         prev = max((q for q in points if q["concurrency"] < conc),
                    key=lambda q: q["concurrency"], default=None)
-        base = points[0]["mean_ttft_ms"] if points else None
+        base = baseline_ttft(points)
         achieved = held_rate(res)
         ttft = res.get("mean_ttft_ms")
         sat = (res.get("completed", 0) == 0

@@ -76,3 +76,27 @@ def test_a_bisection_point_without_arrivals_gives_no_verdict(tmp_path) -> None:
                    "--bisect-steps", "4", "--out", str(tmp_path)), measure)
     assert [p["offered_rate"] for p in s["points"] if p["phase"] == "bisect"] == [15]
     assert s["goodput_rate"] == 10 and s["goodput_bounded"] is True
+
+
+def test_ttft_growth_is_judged_against_the_first_point_with_answers(tmp_path) -> None:
+    """The lightest point drew no arrival: the baseline is the next one's TTFT (12.5 ms at 5
+    req/s), and 20 req/s (50 ms, 4x) is saturated. Before, the first point's TTFT was the
+    baseline whatever it had measured: its 0 made every later point 'grown past 3x', its None
+    (no data) switched the growth test off for the whole sweep."""
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        return empty_window(p) if p.request_rate < 1 else queueing(p)
+
+    s = sweep(args("--rates", "0.2,5,10,20,40", "--point-duration", "3", "--out",
+                   str(tmp_path)), measure)
+    assert [p["saturated"] for p in s["points"]] == [False, False, False, True]
+    assert s["knee_rate"] == 10 and s["saturation_rate"] == 20
+
+
+def test_a_point_without_answers_is_no_baseline() -> None:
+    from loadtest.sweep import baseline_ttft
+
+    assert baseline_ttft([]) is None
+    points = [{"completed": 0, "mean_ttft_ms": 0.0}, {"completed": 0, "mean_ttft_ms": None},
+              {"completed": 12, "mean_ttft_ms": 25.0}, {"completed": 30, "mean_ttft_ms": 90.0}]
+    assert baseline_ttft(points) == 25.0
+    assert baseline_ttft(points[:2]) is None
