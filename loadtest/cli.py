@@ -70,7 +70,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--percentile-metrics", default="ttft,tpot,itl")
     o.add_argument("--metric-percentiles", default="99")
-    o.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS")
+    o.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="request_goodput: requests/s within these SLOs (ttft, tpot, e2el); "
+                        "TTFT and E2EL from the scheduled arrival, as sweep --slo judges")
     o.add_argument("--json", default=None, metavar="PATH", help="write the result JSON")
     o.add_argument("--jsonl", default=None, metavar="PATH", help="per-request JSONL")
     o.add_argument("--save-detailed", action="store_true", help="per-request arrays in the JSON")

@@ -49,6 +49,24 @@ def test_goodput_counts_requests_meeting_every_slo():
     assert d["request_goodput"] == pytest.approx(1.0)
 
 
+def test_goodput_judges_ttft_and_e2el_from_the_scheduled_arrival():
+    """As the sweep's SLO does (`p99_arrival_ttft_ms`): a request a --max-concurrency client
+    held back 0.4 s had waited 0.5 s for its first token. Before, goodput counted from the send
+    (0.1 s) and called it good, while the sweep judged the same request a miss."""
+    rs = [res(0, 0.1, [0.01], 2), res(1, 0.1, [0.01], 2)]
+    rs[1].queue_time = 0.4
+    d = stats.summarize(rs, 1.0, [99], goodput={"ttft": 200})
+    assert d["request_goodput"] == pytest.approx(1.0) and d["goodput_from"] == "arrival"
+    late = stats.queue_stats(rs, [100])["p100_arrival_ttft_ms"]
+    assert late == pytest.approx(500.0)  # the one the sweep's SLO misses
+    assert stats.summarize(rs, 1.0, [99], goodput={"e2el": 300})["request_goodput"] == \
+        pytest.approx(1.0)
+    # TPOT has no wait in it; an uncapped run's requests wait 0: the same as from the send
+    assert stats.summarize(rs, 1.0, [99], goodput={"tpot": 50})["request_goodput"] == \
+        pytest.approx(2.0)
+    assert "goodput_from" not in stats.summarize(rs, 1.0, [99])  # no --goodput
+
+
 def test_no_success_gives_zeros_not_errors():
     d = stats.summarize([res(0, 0, [], 0, ok=False)], 1.0, [99])
     assert d["completed"] == 0 and d["mean_ttft_ms"] == 0 and d["p99_tpot_ms"] == 0
