@@ -159,6 +159,6 @@ class Scraper:
         out: dict[str, Any] = {}
         for name, a in after.items():
             d = deltas(self.before[name], a)
-            out[name] = {"url": self.urls[name], "deltas": d,
+            out[name] = {"url": self.urls[name], "deltas": d, "peak": dict(self.peak[name]),
                          "summary": summary(d, a, self.peak[name])}
         return out

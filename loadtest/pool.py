@@ -5,7 +5,9 @@ the counts. Every other distribution (the percentiles --metric-percentiles adds 
 headline's, the spreads, the client's queue, TTFT and E2EL from the scheduled arrival) is
 computed here from all runs' steady-window requests together, and the rate answered inside the
 window from all runs' answers over all runs' window seconds; the ramp-up's and drain's counts,
-the cache's and the peaks are over every run too: before, they were the first run's.
+the cache's and the peaks are over every run too: before, they were the first run's. So are the
+servers' /metrics (`server`: counters summed, the summary recomputed from them) and the client
+processes (`workers`: each run's); until 2026-11-28 they were the first run's.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from loadtest import cachestats, stats
+from loadtest import cachestats, metrics_scrape, stats
 from loadtest.ci import HEADLINE
 from loadtest.client import Result
 from loadtest.runner import RunOutput
@@ -66,3 +68,33 @@ def counts(runs: Sequence[tuple[RunOutput, Split]], percentiles: Sequence[float]
             out["windows"][part] = {**stats.summarize(reqs, seconds, percentiles),
                                     "error_counts": stats.error_counts(reqs)}
     return out
+
+
+def server(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Each run's `server_metrics` (metrics_scrape.Scraper.stop), pooled per scraped /metrics:
+    the counters' deltas summed over the runs, each gauge's peak the highest of any run, and
+    the summary recomputed from those (its means over every run's requests); "runs" says how
+    many runs it was scraped in (a scrape that failed in a run has nothing of that run)."""
+    out: dict[str, Any] = {}
+    for who in dict.fromkeys(w for r in runs for w in r):
+        got = [r[who] for r in runs if who in r]
+        deltas: dict[str, float] = {}
+        peak: dict[str, float] = {}
+        for g in got:
+            for k, v in g["deltas"].items():
+                deltas[k] = deltas.get(k, 0.0) + v
+            for k, v in g.get("peak", {}).items():
+                peak[k] = max(peak.get(k, 0.0), v)
+        # summary() reads the engine's rows when vLLM's counters were there after the run
+        engine = any("Server requests finished" in g["summary"] for g in got)
+        after = {"vllm:prompt_tokens_total": 0.0} if engine else {}
+        out[who] = {"url": got[0]["url"], "deltas": deltas, "peak": peak, "runs": len(got),
+                    "summary": metrics_scrape.summary(deltas, after, peak)}
+    return out
+
+
+def workers(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The client processes each run used (`client_workers_runs`; --workers auto sizes each
+    run by its own sample) and, as `client_workers`, the most any run used."""
+    each = [int(r.get("client_workers") or 1) for r in runs]
+    return {"client_workers": max(each), "client_workers_runs": each}

@@ -97,14 +97,21 @@ def cache_rows(res: dict[str, Any]) -> list[str]:
 
 
 def server_rows(res: dict[str, Any]) -> list[str]:
+    """Each scraped /metrics' summary; under --repeats, summed over the runs (pool.server)."""
     out: list[str] = []
     for who, d in (res.get("server_metrics") or {}).items():
         summary = d.get("summary", {})
         if not summary:
             continue
-        out.append(section(f"Server metrics: {who}"))
+        runs = d.get("runs", 1)
+        out.append(section(f"Server metrics: {who}" + (f", summed over {runs} runs"
+                                                        if runs > 1 else "")))
         for label, v in summary.items():
             out.append(row(label + ":", v))
+    each = res.get("client_workers_runs") or []
+    if len(each) > 1 and any(n > 1 for n in each):  # --repeats: each run's own
+        out.append(section("Client processes (each run)"))
+        out += [row(f"Client processes, run {i}:", n) for i, n in enumerate(each, 1)]
     return out
 
 

@@ -106,6 +106,9 @@ async def measure(a: argparse.Namespace, target: str, tok: Tokenizer | None
         merged.update(pool.distributions([s[0] for _, s in splits], p.percentiles,
                                          a.max_concurrency is not None))
         merged.update(pool.counts(splits, p.percentiles, merged.get("windows")))
+        merged["server_metrics"] = pool.server([r.get("server_metrics") or {} for r in runs])
+        merged.update(pool.workers(runs))
+        merged["referee"] = referee(merged)  # the pooled server means against the client's
         merged.pop("window_completion_rate", None)
         windows = [answer_window(a, o) for o in outs]
         if all(w is not None for w in windows):

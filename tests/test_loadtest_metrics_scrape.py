@@ -68,3 +68,29 @@ def test_server_means_and_the_referee():
     warnings = referee(res)
     assert len(warnings) == 1 and "mean_itl_ms" in warnings[0] and "40%" in warnings[0]
     assert referee({"mean_ttft_ms": 99.0}) == []  # no server histograms: nothing to judge
+
+
+def test_each_scrape_keeps_its_gauge_peaks_for_the_repeats_pooling(monkeypatch):
+    """--repeats recomputes the summary from every run's scrape (pool.server): a run's gauge
+    peaks travel with its deltas, or the pooled KV-cache peak would read 0."""
+    import asyncio
+
+    from loadtest import metrics_scrape
+
+    first = {"vllm:kv_cache_usage_perc": 0.1, "vllm:prompt_tokens_total": 0.0}
+    later = {"vllm:kv_cache_usage_perc": 0.7, "vllm:prompt_tokens_total": 80.0}
+    seen = iter([first])
+
+    async def scrape(http, url):
+        return dict(next(seen, later))
+
+    monkeypatch.setattr(metrics_scrape, "scrape", scrape)
+
+    async def one_run():
+        s = metrics_scrape.Scraper({"backend": "http://b/metrics"})
+        await s.start()
+        return await s.stop()
+
+    got = asyncio.run(one_run())["backend"]
+    assert got["peak"] == {"vllm:kv_cache_usage_perc": 0.7}
+    assert got["deltas"] == {"vllm:prompt_tokens_total": 80.0}

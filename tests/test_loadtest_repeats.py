@@ -100,3 +100,54 @@ def test_repeats_count_every_runs_ramp_up_peaks_and_cache(monkeypatch) -> None:
     assert res["by_cache"]["hit"]["completed"] == res["cache"]["hits"]
     text = block({**res, "selfcheck": None}, [], [99])
     assert f"{'Ramp-up requests (apart):':<40} {ramp}" in text
+
+
+def scraped(requests: int, ttft_s: float, kv_peak: float) -> dict[str, Any]:
+    """One run's scrape of vLLM's /metrics (Scraper.stop's shape): `requests` answered with
+    a server-side mean TTFT of ttft_s, the KV cache at most kv_peak full."""
+    from loadtest.metrics_scrape import summary
+
+    d = {"vllm:e2e_request_latency_seconds_count": float(requests),
+         "vllm:prompt_tokens_total": 8.0 * requests,
+         "vllm:time_to_first_token_seconds_sum": ttft_s * requests,
+         "vllm:time_to_first_token_seconds_count": float(requests)}
+    peak = {"vllm:kv_cache_usage_perc": kv_peak}
+    return {"backend": {"url": "http://b/metrics", "deltas": d, "peak": peak,
+                        "summary": summary(d, d, peak)}}
+
+
+def test_repeats_pool_the_server_counters_and_each_runs_client_processes(monkeypatch) -> None:
+    """The merged result kept run 1's server_metrics (its 'Server requests finished' beside
+    'Successful requests' summed over the runs, its server means the referee's only evidence)
+    and run 1's client_workers. Now: the counters' deltas summed over the runs, the summary
+    recomputed from them (peaks the highest of any run), each run's client processes."""
+    from loadtest.metrics_scrape import referee
+    from loadtest.report import block
+
+    a, once = runs_of([0.0, 0.0, 0.0], [0.2, 0.2, 0.2])
+    servers = [scraped(10, 0.05, 0.3), scraped(30, 0.1, 0.9), scraped(60, 0.1, 0.5)]
+
+    async def measured(p: argparse.Namespace, target: str, tok: object
+                       ) -> tuple[RunOutput, dict[str, Any]]:
+        out, res = await once(p, target, tok)
+        k = p.seed - a.seed
+        res = {**res, "server_metrics": servers[k], "client_workers": [1, 2, 2][k]}
+        return out, {**res, "referee": referee(res)}
+
+    monkeypatch.setattr(session, "measure_once", measured)
+    _, res = asyncio.run(session.measure(a, "http://x", None))
+    backend = res["server_metrics"]["backend"]
+    assert backend["runs"] == 3
+    assert backend["deltas"]["vllm:e2e_request_latency_seconds_count"] == 100
+    s = backend["summary"]
+    assert s["Server requests finished"] == 100 and s["Server prompt tokens"] == 800
+    assert s["Server mean TTFT (ms)"] == pytest.approx((0.5 + 3.0 + 6.0) / 100 * 1000)
+    assert s["KV-cache usage peak (%)"] == pytest.approx(90.0)
+    # the client's 100 ms against the pooled 95 ms: no warning (run 1's 50 ms gave one)
+    assert res["referee"] == []
+    assert res["client_workers_runs"] == [1, 2, 2] and res["client_workers"] == 2
+    text = block({**res, "selfcheck": None}, [], [99])
+    assert "Server metrics: backend, summed over 3 runs" in text
+    assert f"{'Server requests finished:':<40} 100" in text
+    assert f"{'Client processes, run 1:':<40} 1" in text
+    assert f"{'Client processes, run 3:':<40} 2" in text
