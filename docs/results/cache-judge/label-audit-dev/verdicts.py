@@ -4,7 +4,7 @@ import json, csv, collections
 ROOT = '/work/main/'
 rows = [json.loads(l) for l in open(ROOT + 'tests/data/judge/dev.jsonl')]
 sc = json.load(open(ROOT + 'docs/results/cache-judge/gpu-sweep4/mpnet-2e5/dev_scores.json'))["5/2e-5/mean/11/32"]
-sel = json.load(open('/tmp/audit/sel.json'))
+sel = json.load(open(ROOT + 'docs/results/cache-judge/label-audit-dev/sel.json'))
 
 EXC = {  # idx: (verdict, reason, cause)
  908: ('same', "'2-step verification' = '2FA'; both ask how to turn on 2FA on Instagram", 'topic_pairs crossed two families that ask the same question (g8_040 written family vs account frame op "enable two-factor authentication on/turn on 2FA for" svc Instagram)'),
