@@ -53,6 +53,8 @@ for grp in ('fh', 'negs', 'negs2', 'miss'):
                         family=r['family'], verdict=v, agreement=agree, reason=reason, cause=cause,
                         a=r['a'].replace('\n', ' \\n '), b=r['b'].replace('\n', ' \\n ')))
 cols = ['group', 'idx', 'score', 'a', 'b', 'label', 'kind', 'family', 'verdict', 'agreement', 'reason', 'cause']
+import os
+os.makedirs('/tmp/audit', exist_ok=True)  # the rebuilt tables; compare with the committed ones
 for name, keep in (('verdicts.tsv', lambda o: True), ('disagree.tsv', lambda o: o['agreement'] != 'agree')):
     with open('/tmp/audit/' + name, 'w', newline='') as f:
         w = csv.DictWriter(f, cols, delimiter='\t', extrasaction='ignore'); w.writeheader()
