@@ -72,7 +72,8 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                       settings.header_timeout, settings.max_connections_per_ip)
         metrics.own.register(guard)
         balancer = Balancer(settings.upstreams, settings.upstream_backoff, make_policy(settings))
-        upstream = Upstream(transport or make_transport(settings), balancer, metrics)
+        upstream = Upstream(transport or make_transport(settings), balancer, metrics,
+                            settings.max_answer_bytes)
         auto = AutoCounter(upstream.fetch, settings.tokenizer)
         catalog = Catalog(upstream, on_models=auto.on_models if counter is None else None)
         try:

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ROUTING_POLICIES = ("least-loaded", "prefix", "session", "kv-events")
+ANSWER_BYTES = 64 * 1024 * 1024  # PROXY_MAX_ANSWER_BYTES' default: far above any real answer
 
 
 class SettingsError(ValueError):
@@ -45,6 +46,7 @@ class Settings:
     shutdown_timeout: float = 25.0  # at SIGTERM, seconds requests in flight may take to finish
     max_body_bytes: int = 4 * 1024 * 1024
     max_event_bytes: int = 32 * 1024 * 1024  # an upstream SSE event not yet ended (buffered)
+    max_answer_bytes: int = ANSWER_BYTES  # an upstream answer read whole (JSON, not a stream)
     max_json_depth: int = 64  # nesting of the request JSON (orjson cannot write > 254)
     max_messages: int = 2048  # messages in one chat request
     max_prompts: int = 64  # prompts in one completions batch
@@ -162,6 +164,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", _int, "request body limit"),
     "max_event_bytes": ("PROXY_MAX_EVENT_BYTES", _int,
                         "bytes of one upstream stream event the proxy buffers, at most"),
+    "max_answer_bytes": ("PROXY_MAX_ANSWER_BYTES", _int,
+                         "bytes of one upstream answer read whole (not streamed), at most"),
     "max_json_depth": ("PROXY_MAX_JSON_DEPTH", _int, "nesting depth limit of request JSON"),
     "max_messages": ("PROXY_MAX_MESSAGES", _int, "messages per chat request"),
     "max_prompts": ("PROXY_MAX_PROMPTS", _int, "prompts per completions batch"),
@@ -244,6 +248,7 @@ def _validate(s: Settings) -> None:
          "PROXY_MAX_CONNECTIONS(_PER_IP) must be positive"),
         (s.max_body_bytes > 0, "PROXY_MAX_BODY_BYTES must be positive"),
         (s.max_event_bytes > 0, "PROXY_MAX_EVENT_BYTES must be positive"),
+        (s.max_answer_bytes > 0, "PROXY_MAX_ANSWER_BYTES must be positive"),
         (not s.key_limits_shared or bool(s.redis_url),
          "PROXY_KEY_LIMITS_SHARED needs PROXY_REDIS_URL"),
         (1 <= s.max_json_depth <= 250, "PROXY_MAX_JSON_DEPTH must be 1..250"),

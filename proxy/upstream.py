@@ -14,6 +14,10 @@ yet (open() ends before any byte is relayed): it goes to another replica, once. 
 that kills engines so costs at most two replicas; its innocent neighbours are answered. A
 stream whose replica dies after its first bytes reached the client ends with an error event
 (proxy/relay.py): it cannot be retried. The dead backend rests.
+
+An answer read whole (JSON, an error's body, /health) is read to PROXY_MAX_ANSWER_BYTES at most:
+past it the connection is dropped and the request fails with a 502 (AnswerTooLarge), counted.
+Before, a broken or hostile replica's endless body was read into memory for as long as it sent.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from proxy.errors import BadGateway, UpstreamError, UpstreamHTTPError, UpstreamU
 from proxy.metrics import Metrics
 from proxy.routing.backend import Backend
 from proxy.routing.protocol import Choice, RouteRequest
-from proxy.settings import Settings
+from proxy.settings import ANSWER_BYTES, Settings
 from proxy.transport import AiohttpTransport, Limits, Reply, Transport
 
 _DOWN = (502, 503, 504)  # a gateway or an engine that is not there: the replica, not the request
@@ -41,6 +45,24 @@ def make_transport(settings: Settings) -> Transport:
     return AiohttpTransport(limits(settings))
 
 
+class AnswerTooLarge(BadGateway):
+    pass
+
+
+async def read_at_most(reply: Reply, limit: int, url: str) -> bytes:
+    """The whole body, if it is no longer than limit; else AnswerTooLarge, with no more than
+    limit bytes held (the caller's close then drops the connection: the rest is never read)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in reply.chunks():
+        size += len(chunk)
+        if size > limit:
+            raise AnswerTooLarge(f"the upstream {url} answered with more than {limit} bytes "
+                                 f"(the limit, PROXY_MAX_ANSWER_BYTES): the answer is dropped")
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class UpstreamStream:
     """An open upstream response whose body is relayed chunk by chunk; aclose() cancels it."""
 
@@ -53,8 +75,8 @@ class UpstreamStream:
     def chunks(self) -> AsyncIterator[bytes]:
         return self.reply.chunks()
 
-    async def read(self) -> bytes:
-        return await self.reply.read()
+    async def read(self, limit: int) -> bytes:
+        return await read_at_most(self.reply, limit, self.backend.url)
 
     async def aclose(self) -> None:
         if self._open:
@@ -84,10 +106,12 @@ def _suspect(backend: Backend, retried: bool) -> bool:
 
 
 class Upstream:
-    def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics) -> None:
+    def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics,
+                 max_answer_bytes: int = ANSWER_BYTES) -> None:
         self.transport = transport
         self.balancer = balancer
         self.metrics = metrics
+        self.max_answer_bytes = max_answer_bytes
 
     async def open(self, method: str, path: str, content: bytes | None = None,
                    headers: Mapping[str, str] | None = None,
@@ -174,7 +198,7 @@ class Upstream:
 
     async def _status_error(self, stream: UpstreamStream) -> UpstreamHTTPError:
         try:
-            content = await stream.read()
+            content = await self._body(stream)
         except UpstreamError:
             content = b""
         finally:
@@ -191,9 +215,16 @@ class Upstream:
     async def read(self, stream: UpstreamStream) -> bytes:
         """The whole body of an opened answer, then the stream closed."""
         try:
-            return await stream.read()
+            return await self._body(stream)
         finally:
             await stream.aclose()
+
+    async def _body(self, stream: UpstreamStream) -> bytes:
+        try:
+            return await stream.read(self.max_answer_bytes)
+        except AnswerTooLarge:
+            self.metrics.answers_too_large.labels(stream.backend.url).inc()
+            raise
 
     async def probe(self, backend: Backend, wait: float = 2.0) -> bool:
         try:
@@ -203,7 +234,7 @@ class Upstream:
             self.balancer.mark_down(backend, type(exc).__name__)
             return False
         try:
-            await reply.read()
+            await read_at_most(reply, self.max_answer_bytes, backend.url)
         except UpstreamError:
             return False
         finally:
