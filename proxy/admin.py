@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from proxy.cache.store import StoreUnavailable
 from proxy.errors import NotFound, ProxyError, Unauthorized
-from proxy.relay import error_response, json_response
+from proxy.sending import error_response, json_response
 
 
 class CacheUnavailable(ProxyError):

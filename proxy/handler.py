@@ -34,19 +34,9 @@ from proxy.receive import (
     request_id,
     until_disconnect,
 )
-from proxy.relay import (
-    SHUTDOWN_CUT,
-    JsonAnswer,
-    Pump,
-    RelayResponse,
-    StreamOutcome,
-    cut_by_shutdown,
-    error_response,
-    followed,
-    relay_stream,
-    replay_stream,
-)
+from proxy.relay import Pump, StreamOutcome, followed, relay_stream, replay_stream
 from proxy.routing.protocol import RouteRequest, route_request
+from proxy.sending import SHUTDOWN_CUT, JsonAnswer, RelayResponse, cut_by_shutdown, error_response
 from proxy.settings import Settings
 from proxy.sse import Accumulator, replay
 from proxy.tokens import TokenCounter

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from proxy.openai import JSON
-from proxy.relay import SSE
+from proxy.sending import SSE
 
 
 def upstream_headers(rid: str) -> dict[str, str]:

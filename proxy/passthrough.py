@@ -27,9 +27,9 @@ from proxy.errors import UpstreamHTTPError, VllmTypeError
 from proxy.handler import Deps, Trace, answered, event_buffer, name_upstream
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
-from proxy.relay import JsonAnswer, RelayResponse
 from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
 from proxy.routing.backend import Backend
+from proxy.sending import JsonAnswer, RelayResponse
 from proxy.upstream import UpstreamStream
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
 from proxy.handler import CompletionHandler, Deps
 from proxy.passthrough import CANCEL, STORED, Passthrough
 from proxy.receive import request_id
-from proxy.relay import error_response, json_response
+from proxy.sending import error_response, json_response
 from proxy.upstream import METADATA_WAIT
 from proxy.version import VersionCache
 

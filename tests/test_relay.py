@@ -9,7 +9,8 @@ from starlette.background import BackgroundTask
 from proxy.cache.flight import Flight
 from proxy.errors import BadGateway
 from proxy.events import EventBuffer
-from proxy.relay import PIECE, JsonAnswer, StreamOutcome, followed, relay_stream
+from proxy.relay import StreamOutcome, followed, relay_stream
+from proxy.sending import PIECE, JsonAnswer
 from proxy.sse import Accumulator
 
 
