@@ -6,6 +6,13 @@ if another replica holds it, this one waits until that replica `release`s it (it
 in the shared store) and looks again. Followers across replicas get the stored answer, not a
 live stream. Any doubt (Redis down, a claim that outlives its owner) resolves to leading: a
 duplicate upstream call is the worst case, never a lost or wrong answer.
+
+Streams and JSON requests claim apart, as their flights are apart within a replica: a JSON
+answer does not answer a stream (entry.py: answered), so a stream claims the streams' flight
+and never waits for a JSON leader (found by a review: with one claim for both, a stream waited
+for another replica's JSON leader up to the flight wait, then went upstream all the same). A
+stream's answer answers JSON twins: its leader also claims the JSON twins' flight when that is
+free, so that JSON twins on other replicas wait for it.
 """
 
 from __future__ import annotations
@@ -44,3 +51,20 @@ class NoClaims:
 
     async def aclose(self) -> None:
         return None
+
+
+def claimed(twins: str, streams: bool) -> str:
+    """The flight a leader of these twins claims, and a twin that finds it claimed waits on."""
+    return twins + ":stream" if streams else twins
+
+
+async def lead(claims: Claims, twins: str, streams: bool, held: list[str]) -> bool:
+    """Claim the twins' flight for this replica (each claim won appended to held, to be
+    released), or False when another replica leads it."""
+    first = claimed(twins, streams)
+    if not await claims.claim(first):
+        return False
+    held.append(first)
+    if streams and await claims.claim(twins):
+        held.append(twins)
+    return True

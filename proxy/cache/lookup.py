@@ -8,7 +8,8 @@ ticket; identical misses (same exact key and max_tokens) wait for the first one'
 instead of going upstream (single flight; a stream never waits for a JSON request's answer,
 which does not answer it, but for another stream's); with several replicas on one Redis the
 leader first claims the flight there, and a replica that finds it claimed waits for the stored
-answer (claims.py). Store errors bypass the cache, never fail the request.
+answer (claims.py), streams and JSON apart there too (claims.lead). Store errors bypass the
+cache, never fail the request.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from proxy.cache.claims import Claims, NoClaims
+from proxy.cache.claims import Claims, NoClaims, claimed, lead
 from proxy.cache.config import CacheConfig
 from proxy.cache.entry import Entry, answered, storable
 from proxy.cache.flight import Flight
@@ -44,6 +45,7 @@ class Ticket:
     vector: Vector | None
     flight: str | None = None
     done: bool = False
+    claims: list[str] = field(default_factory=list)  # the flights it leads across replicas
 
 
 @dataclass(slots=True)
@@ -84,7 +86,7 @@ class SemanticCache:
                             self._identity)
         if req.no_cache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
-        twins = f"{keys.exact}:{keys.max_tokens}"
+        twins = _twins(keys)
         streams = req.body.get("stream") is True
         hedged: list[bool] = []
         hook: Callable[[], None] | None = None
@@ -162,14 +164,15 @@ class SemanticCache:
         own = Ticket(keys, req.kind, None, flight)
         try:  # the client may leave (cancelled): the flight must not stay registered
             hit, own.vector = await self._find(keys, hook, req.exact_only, streams)
-            claimed = hit is None and await self.claims.claim(flight)
+            leads = hit is None and await lead(self.claims, _twins(keys), streams, own.claims)
         except BaseException:
             self._release(own, False)
+            await self._unclaim(own)  # cancelled between a stream's two claims: the first
             raise
         if hit is not None:
             self._release(own, True)
             return hit
-        if claimed:
+        if leads:
             return CacheResult(status="miss", ticket=own)
         if hedged:  # this one's upstream call is under way already: keep it
             self._release(own, True)
@@ -178,7 +181,7 @@ class SemanticCache:
         # that replica's answer (woken at once, they each claimed in turn, one try each)
         self.metrics.single_flight_remote_waits.inc()
         try:
-            await self.claims.settled(flight, self.cfg.wait_s)
+            await self.claims.settled(claimed(_twins(keys), streams), self.cfg.wait_s)
         finally:
             self._release(own, True)
         return None
@@ -313,8 +316,8 @@ class SemanticCache:
             await self._unclaim(ticket)
 
     async def _unclaim(self, ticket: Ticket) -> None:
-        if ticket.flight is not None:
-            await self.claims.release(ticket.flight)
+        while ticket.claims:
+            await self.claims.release(ticket.claims.pop())
 
     def share(self, ticket: object, events: list[bytes]) -> Flight | None:
         live = self._flights.live.get(ticket.flight or "") if isinstance(ticket, Ticket) \
@@ -367,6 +370,11 @@ class SemanticCache:
         if self.judge is not None:
             self.judge.close()
         await self.db.aclose()
+
+
+def _twins(keys: RequestKeys) -> str:
+    """Identical requests' flight: the same exact key and max_tokens."""
+    return f"{keys.exact}:{keys.max_tokens}"
 
 
 def _vec(raw: bytes) -> Vector:
