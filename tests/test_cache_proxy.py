@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from proxy.settings import Settings
 from tests.support.procs import Redis, Vllm, proxy_process
 from tests.support.proxy_app import proxy_client
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.vllm
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -135,13 +135,14 @@ def test_aborted_stream_is_never_cached(vllm: Vllm) -> None:
                 assert r.headers["X-Cache"] == "MISS"
                 for _ in r.iter_raw():
                     break  # the client goes away after the first chunk
-            stats = c.get("/admin/cache/stats", headers=ADMIN).json()
-            for _ in range(1200):  # until the proxy has noticed the client is gone
-                if stats["in_flight"] == 0:
-                    break
-                time.sleep(0.1)
-                stats = c.get("/admin/cache/stats", headers=ADMIN).json()
-            assert stats["in_flight"] == 0 and stats["entries"] == 0
+
+            def stats() -> dict[str, Any]:
+                answer: dict[str, Any] = c.get("/admin/cache/stats", headers=ADMIN).json()
+                return answer
+
+            wait_for(lambda: stats()["in_flight"] == 0, "the proxy noticed the client is gone",
+                     120, every=0.1)
+            assert stats()["entries"] == 0
             metrics = c.get("/metrics").text
             assert 'proxy_cache_stores_total{outcome="stored"}' not in metrics
 

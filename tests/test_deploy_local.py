@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -12,6 +11,7 @@ import pytest
 
 from deploy.net import port_free
 from tests.support.procs import REPO, free_port
+from tests.support.waiting import wait_for
 
 FAKE = """
 import http.server, os, sys, time
@@ -72,10 +72,8 @@ def test_local_waits_prints_the_url_and_stops_both_on_sigterm(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     assert "stopping" in proc.stdout.read()
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in pids)
+    wait_for(lambda: not any(alive(p) for p in pids), "vLLM and the proxy stopped", 10,
+             every=0.1)
     assert port_free(port)
 
 

@@ -25,6 +25,7 @@ from proxy.settings import Settings
 from tests.support.fake_upstream import FakeVllm
 from tests.support.procs import Redis, free_port
 from tests.support.proxy_app import proxy_client
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.redis
 CHAT = "/v1/chat/completions"
@@ -46,16 +47,15 @@ class Persistent:
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data),
              "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError("redis-server did not start")
+        wait_for(self._pong, "redis-server answers PING", 10)
+
+    def _pong(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

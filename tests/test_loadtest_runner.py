@@ -8,13 +8,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from loadtest.cli import main
 from tests.support.procs import REPO
+from tests.support.waiting import wait_for
 from tests.test_loadtest_mock import mock_server
 
 QUIET = ["--no-progress", "--output-len", "4", "--input-len", "8"]
@@ -67,13 +67,16 @@ def test_ctrl_c_saves_what_finished_and_exits_130(tmp_path):
             [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
              "--request-rate", "20", "--no-scrape", "--json", str(out), *QUIET],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # Ctrl-C once the mock has answered 25 requests (the run lasts far longer than the
-        # wait: under a full test suite it once ended by itself first, exit 0)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None and served(url) < 25:
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
+        try:  # Ctrl-C once the mock has answered 25 requests (the run lasts far longer than
+            # the wait: under a full test suite it once ended by itself first, exit 0)
+            wait_for(lambda: proc.poll() is not None or served(url) >= 25,
+                     "the mock answered 25 requests", 60, every=0.1)
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr
     res = json.loads(out.read_text())

@@ -156,9 +156,9 @@ def test_ctrl_c_of_a_sharded_run_saves_what_finished_and_says_interrupted(tmp_pa
     import signal
     import subprocess
     import sys
-    import time
 
     from tests.support.procs import REPO
+    from tests.support.waiting import wait_for
     from tests.test_loadtest_runner import served
 
     with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
@@ -170,9 +170,8 @@ def test_ctrl_c_of_a_sharded_run_saves_what_finished_and_says_interrupted(tmp_pa
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         try:  # Ctrl-C once the mock has answered 25 requests
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and proc.poll() is None and served(url) < 25:
-                time.sleep(0.1)
+            wait_for(lambda: proc.poll() is not None or served(url) >= 25,
+                     "the mock answered 25 requests", 60, every=0.1)
             if who == "terminal":
                 os.killpg(proc.pid, signal.SIGINT)
             else:
