@@ -55,8 +55,12 @@ def code_continue(files: list[Path], rng: random.Random, n: int) -> list[Row]:
     return [{"prompt": c, "output_tokens": 256} for c in _chunks(files, 2400, rng, n)]
 
 
-def shared_prefix(files: list[Path], rng: random.Random, n: int) -> list[Row]:
-    prefixes = _chunks(files, 12000, rng, max(1, n // 16))
+def shared_prefix(files: list[Path], rng: random.Random, n: int,
+                  groups: int | None = None) -> list[Row]:
+    """`groups` prefixes (default n // 16: each shared by 16 requests), each request one of
+    them in turn: with a fixed number the prefix cache's working set stays the same however many
+    requests are written (a sweep at 50 req/s needs thousands)."""
+    prefixes = _chunks(files, 12000, rng, groups or max(1, n // 16))
     tails = _chunks(files, 300, rng, n)
     return [{"prompt": f"{prefixes[i % len(prefixes)]}\n# next:\n{tails[i]}", "output_tokens": 64}
             for i in range(n)]
@@ -99,14 +103,16 @@ WORKLOADS: dict[str, Callable[[list[Path], random.Random, int], list[Row]]] = {
 
 
 def write_all(held_out_list: Path, out_dir: Path, n: int, seed: int,
-              only: list[str] | None = None) -> list[Path]:
+              only: list[str] | None = None, groups: int | None = None) -> list[Path]:
     files = [Path(line) for line in held_out_list.read_text().splitlines() if line]
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, make in WORKLOADS.items():
         if only and name not in only:
             continue
-        rows = make(files, random.Random(f"{seed}:{name}"), n)
+        rng = random.Random(f"{seed}:{name}")
+        rows = (shared_prefix(files, rng, n, groups) if make is shared_prefix
+                else make(files, rng, n))
         path = out_dir / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         written.append(path)
@@ -121,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default=None, metavar="NAME,...",
                    help=f"write only these ({', '.join(WORKLOADS)})")
+    p.add_argument("--groups", type=int, default=None,
+                   help="shared_prefix's number of prefixes (default: one per 16 requests)")
     args = p.parse_args(argv)
     only = args.only.split(",") if args.only else None
     if only and (bad := set(only) - set(WORKLOADS)):
         p.error(f"--only: unknown {sorted(bad)}")
-    for path in write_all(args.held_out, args.out, args.n, args.seed, only):
+    for path in write_all(args.held_out, args.out, args.n, args.seed, only, args.groups):
         print(path)
     return 0
 

@@ -36,3 +36,17 @@ def test_only_writes_the_named_workloads_with_the_same_rows(tmp_path):
     assert chunk.startswith(head.rstrip("\n"))
     with pytest.raises(SystemExit):
         main([str(listing), str(tmp_path / "x"), "--only", "code_edits"])
+
+
+def test_shared_prefix_keeps_its_prefixes_however_many_requests_are_written(tmp_path):
+    listing = held_out(tmp_path)
+
+    def prefixes(out, *args):
+        assert main([str(listing), str(out), "--only", "shared_prefix", *args]) == 0
+        return [r["prompt"].split("\n# next:\n")[0] for r in rows(out / "shared_prefix.jsonl")]
+
+    default = prefixes(tmp_path / "d", "-n", "64")
+    assert len(set(default)) == 4  # one prefix per 16 requests
+    fixed = prefixes(tmp_path / "g", "-n", "64", "--groups", "2")
+    assert len(fixed) == 64 and len(set(fixed)) == 2 and fixed[:2] != [fixed[0]] * 2
+    assert prefixes(tmp_path / "d2", "-n", "64", "--groups", "4") == default  # the same draws
