@@ -51,8 +51,9 @@ class Metrics:
             "proxy_events_too_large", "Streams cut because the upstream sent more than "
             "PROXY_MAX_EVENT_BYTES without ending an event", ["route"], registry=r)
         self.answers_too_large = Counter(
-            "proxy_answers_too_large", "Upstream answers (read whole, not streamed) cut "
-            "because they were longer than PROXY_MAX_ANSWER_BYTES", ["upstream"], registry=r)
+            "proxy_answers_too_large", "Upstream answers (read whole, not streamed; "
+            "/metrics scrapes too) cut because they were longer than PROXY_MAX_ANSWER_BYTES",
+            ["upstream"], registry=r)
         self.key_limited = Counter("proxy_key_limited",
                                    "Requests refused by a per-key limit", ["limit"], registry=r)
         self.key_limits_fallbacks = Counter(

@@ -1,7 +1,12 @@
+import asyncio
+
 from proxy.balancer import Balancer
 from proxy.errors import UpstreamUnavailable
 from proxy.metrics import Metrics
+from proxy.routing.backend import Backend
+from proxy.routing.build import background
 from proxy.routing.poller import LoadPoller, parse_load
+from proxy.settings import Settings
 from tests.support.fake_upstream import FakeReply, FakeTransport
 
 TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -60,3 +65,67 @@ async def test_a_non_200_metrics_page_is_a_failed_poll_and_keeps_the_old_load():
     assert (b.running, b.polled_until) == (0.0, 0.0)
     assert 'proxy_routing_poll_errors_total{upstream="http://busy:1"} 1.0' in \
         metrics.render().decode()
+
+
+LIMIT = 64 * 1024
+JUNK = b"x" * 4096
+
+
+class EndlessMetrics(FakeReply):
+    """A /metrics page that never ends: a real first line, four times LIMIT of junk, then it
+    waits forever (a read without a bound never returns). close() is signalled."""
+
+    def __init__(self) -> None:
+        junks = 4 * LIMIT // len(JUNK)
+        super().__init__(200, events=[TEXT.encode(), *[JUNK] * junks],
+                         pause=(junks, asyncio.Event()))  # before the last: never set
+        self.done = asyncio.Event()
+
+    def close(self) -> None:
+        super().close()
+        self.done.set()
+
+
+async def test_an_endless_metrics_page_is_cut_at_the_limit_and_counted():
+    reply = EndlessMetrics()
+
+    async def answer(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        return reply
+
+    balancer = Balancer(("http://endless:1",), backoff=1)
+    metrics = Metrics()
+    poller = LoadPoller(FakeTransport(answer), balancer, metrics, interval=1.0,
+                        clock=lambda: 100.0, max_answer_bytes=LIMIT)
+    (b,) = balancer.backends
+    async with asyncio.timeout(10):
+        await poller.poll(b)
+    assert reply.closed  # the connection dropped, the rest never read
+    assert (b.running, b.polled_until) == (0.0, 0.0)  # a failed poll: the old load kept
+    text = metrics.render().decode()
+    assert 'proxy_routing_poll_errors_total{upstream="http://endless:1"} 1.0' in text
+    assert 'proxy_answers_too_large_total{upstream="http://endless:1"} 1.0' in text
+
+
+async def test_the_built_poller_reads_to_the_settings_limit():
+    s = Settings(upstreams=("http://a:1", "http://b:1"), routing="prefix",
+                 routing_poll_interval=60.0, health_interval=0, max_answer_bytes=LIMIT)
+    replies = {url: EndlessMetrics() for url in s.upstreams}
+
+    async def answer(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        return replies[url.removesuffix("/metrics")]
+
+    async def probe(backend: Backend, wait: float) -> bool:
+        return True
+
+    balancer = Balancer(s.upstreams, backoff=1)
+    metrics = Metrics()
+    (work,) = background(s, balancer, FakeTransport(answer), metrics, probe)
+    task = asyncio.ensure_future(work)
+    try:
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(r.done.wait() for r in replies.values()))
+    finally:
+        task.cancel()
+    text = metrics.render().decode()
+    assert all(f'proxy_answers_too_large_total{{upstream="{url}"}} 1.0' in text
+               for url in s.upstreams)

@@ -46,7 +46,8 @@ def background(settings: Settings, balancer: Balancer, transport: Transport,
         work.append(watch(balancer.backends, probe, settings.health_interval))
     if (settings.routing != "least-loaded" and len(settings.upstreams) > 1
             and settings.routing_poll_interval > 0):
-        work.append(LoadPoller(transport, balancer, metrics, settings.routing_poll_interval).run())
+        work.append(LoadPoller(transport, balancer, metrics, settings.routing_poll_interval,
+                               max_answer_bytes=settings.max_answer_bytes).run())
     listen = getattr(balancer.policy, "listen", None)
     if listen is not None:
         work += [listen(url) for url in settings.upstreams]

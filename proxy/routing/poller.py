@@ -1,6 +1,11 @@
 """vLLM's own load, polled from each replica's /metrics: running and waiting requests and KV-cache
 use (vLLM ≥ 0.10 names, with the older gpu_cache_usage_perc). With several proxies in front of
-one pool, these include the other proxies' traffic, which in-flight counts cannot."""
+one pool, these include the other proxies' traffic, which in-flight counts cannot.
+
+A scrape is read to PROXY_MAX_ANSWER_BYTES at most, as any upstream answer read whole
+(proxy/upstream.py): past it the poll fails (the connection dropped, the rest never read) and
+proxy_answers_too_large_total counts it. Before, a broken or hostile replica's endless
+/metrics body was read into memory for as long as it sent."""
 
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ from proxy.balancer import Balancer
 from proxy.errors import UpstreamError
 from proxy.metrics import Metrics
 from proxy.routing.backend import Backend
+from proxy.settings import ANSWER_BYTES
 from proxy.transport import Transport
+from proxy.upstream import AnswerTooLarge, read_at_most
 
 log = logging.getLogger("proxy.routing")
 _RUNNING = "vllm:num_requests_running"
@@ -58,12 +65,14 @@ def parse_load(text: str) -> Load:
 
 class LoadPoller:
     def __init__(self, transport: Transport, balancer: Balancer, metrics: Metrics,
-                 interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 interval: float, clock: Callable[[], float] = time.monotonic,
+                 max_answer_bytes: int = ANSWER_BYTES) -> None:
         self.transport = transport
         self.balancer = balancer
         self.metrics = metrics
         self.interval = interval
         self.clock = clock
+        self.max_answer_bytes = max_answer_bytes
 
     def _failed(self, backend: Backend, why: str) -> None:
         self.metrics.routing_poll_errors.labels(backend.url).inc()
@@ -74,9 +83,13 @@ class LoadPoller:
             reply = await self.transport.request("GET", backend.url + "/metrics", None, {},
                                                  wait=self.interval)
             try:
-                body = await reply.read()
+                body = await read_at_most(reply, self.max_answer_bytes, backend.url)
             finally:
                 reply.close()
+        except AnswerTooLarge:
+            self.metrics.answers_too_large.labels(backend.url).inc()
+            self._failed(backend, "AnswerTooLarge")
+            return
         except UpstreamError as exc:
             self._failed(backend, type(exc).__name__)
             return
