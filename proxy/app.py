@@ -15,9 +15,10 @@ from starlette.applications import Starlette
 from proxy.admission import Admission
 from proxy.balancer import Balancer
 from proxy.catalog import Catalog
+from proxy.deps import Deps
 from proxy.errors import ProxyError
 from proxy.guard import Guard, connection_cap, file_limit
-from proxy.handler import CompletionHandler, Deps
+from proxy.handler import CompletionHandler
 from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
 from proxy.passthrough import Passthrough
@@ -95,7 +96,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
             app.state.deps = deps
             app.state.handler = handler = CompletionHandler(deps)
             app.state.passthrough = Passthrough(deps, handler.limits, handler.bounds,
-                                                handler.done)
+                                                handler.finish.done)
             app.state.version = version = VersionCache(
                 lambda: upstream.fetch("GET", "/version", wait=METADATA_WAIT))
             log.info("ready", extra={"fields": {

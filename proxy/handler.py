@@ -1,82 +1,31 @@
 """The completion flow, top to bottom: receive → validate/clip → policy → cache → upstream →
-relay → store. Each step lives in its own module; this file only composes them."""
+relay → store. Each step lives in its own module; this file only composes them: a cache hit
+is answered by hit.py, a miss goes to vLLM through forwarding.py, and trace.py answers and
+records every request, whatever it raised."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import clip, openai, params, policy
-from proxy.admission import Admission
 from proxy.bounds import Bounds, prompt_count
-from proxy.catalog import Catalog
-from proxy.errors import BadGateway, ProxyError, UpstreamError
-from proxy.events import EventBuffer
-from proxy.headers import sse_headers, upstream_headers
+from proxy.deps import Deps
+from proxy.forwarding import PATHS, Forwarding
 from proxy.hedge import Hedge
+from proxy.hit import answer_hit
 from proxy.limits import KeyLimits, parse
-from proxy.logs import access
-from proxy.metrics import Metrics
-from proxy.receive import (
-    ClientGone,
-    KeyRing,
-    is_json,
-    read_body,
-    request_id,
-    until_disconnect,
-)
-from proxy.relay import Pump, StreamOutcome, followed, relay_stream, replay_stream
-from proxy.routing.protocol import RouteRequest, route_request
-from proxy.sending import SHUTDOWN_CUT, JsonAnswer, RelayResponse, cut_by_shutdown, error_response
-from proxy.settings import Settings
-from proxy.sse import Accumulator, replay
-from proxy.tokens import TokenCounter
-from proxy.types import AnswerCache, CacheRequest, CacheResult, Completion, Kind
-from proxy.upstream import Upstream, UpstreamStream
+from proxy.receive import is_json, read_body, request_id, until_disconnect
+from proxy.routing.protocol import route_request
+from proxy.trace import Finisher, Trace, answered
+from proxy.types import CacheRequest, Kind
 
 if TYPE_CHECKING:
     from proxy.shared_limits import SharedKeyLimits
-
-log = logging.getLogger("proxy.handler")
-PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-@dataclass(slots=True)
-class Deps:
-    settings: Settings
-    upstream: Upstream
-    catalog: Catalog
-    counter: TokenCounter
-    cache: AnswerCache
-    metrics: Metrics
-    admission: Admission
-    keys: KeyRing
-
-
-@dataclass(slots=True)
-class Trace:
-    """What the access log and the metrics say about one request (never its text)."""
-    route: str
-    rid: str
-    started: float
-    status: int = 200
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-    cache: str = "bypass"
-    upstream: str | None = None
-    prompt: Any = None  # only with PROXY_LOG_PROMPTS=on
-    tenant: str = ""
-    weight: int = 1  # admission slots: the number of prompts in a batch
-    lease: str | None = None  # counted in by the per-key limits (owes a release)
 
 
 class CompletionHandler:
@@ -93,13 +42,14 @@ class CompletionHandler:
 
             self.limits = SharedKeyLimits(local, table, s.redis_url, "vsp",
                                           deps.metrics.key_limits_fallbacks.inc)
-        self._jobs: set[asyncio.Task[None]] = set()  # handed-over streams (single flight)
+        self.finish = Finisher(deps, self.limits)  # the passthrough's too: one per app
+        self.forwarding = Forwarding(deps, self.finish)
 
     async def __call__(self, request: Request, kind: Kind) -> Response:
         trace = Trace(PATHS[kind], request_id(request), time.perf_counter())
         headers = {"X-Request-ID": trace.rid}
         return await answered(self._handle(request, kind, trace, headers), trace, headers,
-                              self.d, self.done)
+                              self.d, self.finish.done)
 
     async def _handle(self, request: Request, kind: Kind, trace: Trace,
                       headers: dict[str, str]) -> Response:
@@ -158,9 +108,9 @@ class CompletionHandler:
         route = route_request(request.headers, body, s.routing_session_header,
                               clipped.token_ids)
         start: Callable[[], Coroutine[Any, Any, Any]] = (
-            (lambda: self._open(kind, body, trace, route)) if stream
-            else (lambda: self._fetch(kind, body, trace, route)))
-        hedge = Hedge(start, (lambda up: self._close(up, trace)) if stream else None,
+            (lambda: self.forwarding.open(kind, body, trace, route)) if stream
+            else (lambda: self.forwarding.fetch(kind, body, trace, route)))
+        hedge = Hedge(start, (lambda up: self.forwarding.close(up, trace)) if stream else None,
                       d.metrics) \
             if s.cache_hedge else None
         cache_control = request.headers.get("cache-control", "").lower()
@@ -180,270 +130,18 @@ class CompletionHandler:
         if result.status == "hit" and (result.answer is not None or result.live is not None):
             if hedge is not None:
                 await hedge.cancel()
-            return self._replay(kind, result, stream, openai.wants_usage(body), headers, trace)
+            return answer_hit(kind, result, stream, openai.wants_usage(body), headers, trace,
+                              self.finish)
         work = hedge.work() if hedge is not None else start()
         if stream:
-            return await self._stream(request, kind, body, result.ticket, headers, trace, work)
-        return await self._json(request, kind, body, result.ticket, headers, trace, work)
-
-    def _replay(self, kind: Kind, result: CacheResult, stream: bool, usage: bool,
-                headers: dict[str, str], trace: Trace) -> Response:
-        headers["X-Cache-Tier"] = result.tier or "exact"
-        if result.similarity is not None:
-            headers["X-Cache-Similarity"] = f"{result.similarity:.4f}"
-        trace.tokens_out = 0
-        events: AsyncIterator[bytes]
-        leave = None
-        if result.live is not None:  # an identical stream in flight (only streams follow one)
-            live = result.live
-            events = followed(kind, live, usage)
-
-            async def leave() -> None:  # counted out of the flight however the response ends
-                live.leave()
-        elif not stream:
-            assert result.answer is not None
-            return JsonAnswer(orjson.dumps(result.answer), headers, **self._send_limits(),
-                              on_sent=self._sent(trace))
-        else:  # a stream's hit is always vLLM's chunks (cache/entry.py: answered)
-            assert result.events is not None
-            events = replay_stream(replay(kind, usage, result.events))
-        return RelayResponse(events, self._closer(trace, leave), headers=sse_headers(headers),
-                             **self._send_limits())
-
-    async def _fetch(self, kind: Kind, body: dict[str, Any], trace: Trace,
-                     route: RouteRequest) -> bytes:
-        async with self.d.admission.slot(trace.tenant, trace.weight):
-            opened = await self.d.upstream.open("POST", PATHS[kind], openai.dumps(body),
-                                                upstream_headers(trace.rid), route)
-            trace.upstream = opened.backend.url
-            return await self.d.upstream.read(opened)
-
-    async def _open(self, kind: Kind, body: dict[str, Any], trace: Trace,
-                    route: RouteRequest) -> UpstreamStream:
-        d = self.d
-        await d.admission.acquire(trace.tenant, trace.weight)
-        try:
-            return await d.upstream.open("POST", PATHS[kind],
-                                         openai.dumps(policy.with_usage(body)),
-                                         upstream_headers(trace.rid), route)
-        except BaseException:
-            d.admission.release(trace.tenant, trace.weight)
-            raise
-
-    async def _close(self, upstream: UpstreamStream, trace: Trace) -> None:
-        self.d.admission.release(trace.tenant, trace.weight)
-        await upstream.aclose()
-
-    async def _json(self, request: Request, kind: Kind, body: dict[str, Any],
-                    ticket: object | None, headers: dict[str, str], trace: Trace,
-                    work: Awaitable[bytes]) -> Response:
-        d = self.d
-        try:  # a client that leaves while queued for a slot leaves the queue too
-            content = await until_disconnect(request, work)
-            answer = _json_answer(content)
-        except BaseException:
-            if ticket is not None:
-                await d.cache.abandon(ticket)
-            raise
-        name_upstream(d, headers, trace.upstream)
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        if isinstance(usage, dict):
-            trace.tokens_out = _token_count(usage.get("completion_tokens"))
-        task = None
-        if ticket is not None:
-            task = BackgroundTask(self._store, ticket, Completion(body=answer))
-        return JsonAnswer(content, headers, background=task, **self._send_limits(),
-                          on_sent=self._sent(trace))
-
-    async def _stream(self, request: Request, kind: Kind, body: dict[str, Any],
-                      ticket: object | None, headers: dict[str, str], trace: Trace,
-                      work: Awaitable[UpstreamStream]) -> Response:
-        d = self.d
-        try:  # the client may leave while queued, or before the upstream's headers come
-            upstream = await until_disconnect(request, work)
-        except BaseException:
-            if ticket is not None:
-                await d.cache.abandon(ticket)
-            raise
-        trace.upstream = upstream.backend.url
-        name_upstream(d, headers, trace.upstream)
-        outcome = StreamOutcome(started=trace.started)
-        acc = Accumulator(kind) if ticket is not None else None
-        shared = d.cache.share(ticket, acc.raw) if acc is not None else None
-        relayed = relay_stream(upstream, outcome, acc, not openai.wants_usage(body),
-                               event_buffer(d, trace.route))
-        pump = None
-        if shared is not None and acc is not None:
-            acc.on_add = shared.wake
-            pump = Pump(relayed)  # the upstream read outlives this client if others follow
-
-        settled = False
-
-        async def settle() -> None:
-            """After the upstream stream ended (or was given up): free it, store or abandon.
-            Once: when the pump's read ends, or at the leader's close, whichever is first."""
-            nonlocal settled
-            if settled:
-                return
-            settled = True
-            await self._close(upstream, trace)
-            if ticket is not None:
-                done = acc.completion() if acc is not None and outcome.finished else None
-                await (self._store(ticket, done) if done else d.cache.abandon(ticket))
-
-        if pump is not None:
-            # settled as soon as the read ends: followers get their end then, not when a slow
-            # leader's client has read it all (found by a review: 28 s later)
-            self._background(pump.task, settle)
-
-        async def close() -> None:
-            if outcome.first_byte is not None:
-                d.metrics.ttft.labels(trace.route).observe(outcome.first_byte - trace.started)
-            if outcome.usage:
-                trace.tokens_out = _token_count(outcome.usage.get("completion_tokens"))
-            if trace.tokens_out is None:  # cut before the usage chunk: charge what was relayed
-                trace.tokens_out = outcome.events  # (a key's tpm was bypassed by leaving early)
-            if not outcome.finished:
-                trace.status = 499 if outcome.error is None else outcome.error
-            if pump is not None and not pump.task.done():
-                assert shared is not None  # a pump is made only for a shared stream
-                if shared.followers:  # the client left; others follow
-                    d.metrics.flight_handovers.inc()
-
-                    def stop() -> None:  # until they leave too
-                        shared.close()
-                        pump.task.cancel()
-
-                    shared.when_empty(stop)
-                    return  # settled when the read ends (above)
-                shared.close()  # stopped: nobody joins it meanwhile (a review)
-                await pump.stop()
-            await settle()
-
-        chunks = relayed if pump is None else pump.chunks()
-        return RelayResponse(chunks, self._closer(trace, close), headers=sse_headers(headers),
-                             **self._send_limits())
+            return await self.forwarding.stream(request, kind, body, result.ticket, headers,
+                                               trace, work)
+        return await self.forwarding.json(request, kind, body, result.ticket, headers, trace,
+                                         work)
 
     async def drain(self) -> None:
         """At shutdown: let handed-over streams finish (and store) for their followers."""
-        if self._jobs:
-            await asyncio.wait(list(self._jobs), timeout=self.d.settings.drain_timeout)
+        await self.forwarding.drain()
 
     async def aclose(self) -> None:
         await self.limits.aclose()
-
-    def _background(self, task: asyncio.Task[None], then: Callable[[], Awaitable[None]]) -> None:
-        """Finish a handed-over stream for its followers, then `then`; kept referenced."""
-        async def finish() -> None:
-            await asyncio.gather(task, return_exceptions=True)
-            await then()
-
-        job = asyncio.create_task(finish())
-        self._jobs.add(job)
-        job.add_done_callback(self._jobs.discard)
-
-    def _sent(self, trace: Trace) -> Callable[[bool], None]:
-        """A JSON answer is logged and counted once sent, as a stream is once it ends: its time
-        includes the sending, a key's lease is held until then, and an answer cut at the send
-        timeout is a 499, not the 200 it used to be logged as before it went (a review)."""
-        def sent(whole: bool) -> None:
-            if not whole:
-                trace.status = 499
-            self.done(trace)
-        return sent
-
-    def _send_limits(self) -> dict[str, Any]:
-        return {"send_timeout": self.d.settings.send_timeout,
-                "on_send_timeout": self.d.metrics.send_timeouts.inc}
-
-    def _closer(self, trace: Trace, then: Any) -> Any:
-        async def close() -> None:
-            try:
-                if then is not None:
-                    await then()
-            finally:
-                self.done(trace)
-        return close
-
-    async def _store(self, ticket: object, completion: Completion) -> None:
-        try:
-            await self.d.cache.store(ticket, completion)
-        except Exception:
-            log.exception("cache store failed")
-
-    def done(self, trace: Trace) -> None:
-        if trace.lease is not None:
-            self.limits.release(trace.tenant, trace.lease, trace.tokens_out or 0)
-        m = self.d.metrics
-        elapsed = time.perf_counter() - trace.started
-        m.requests.labels(trace.route, str(trace.status)).inc()
-        m.latency.labels(trace.route).observe(elapsed)
-        if trace.tokens_in:
-            m.tokens_in.labels(trace.route).inc(trace.tokens_in)
-        if trace.tokens_out:
-            m.tokens_out.labels(trace.route).inc(trace.tokens_out)
-        fields = {"rid": trace.rid, "route": trace.route, "status": trace.status,
-                  "ms": round(elapsed * 1000, 2), "tokens_in": trace.tokens_in,
-                  "tokens_out": trace.tokens_out, "cache": trace.cache,
-                  "upstream": trace.upstream}
-        if trace.prompt is not None:
-            fields["prompt"] = trace.prompt
-        access(fields)
-
-
-def _token_count(value: object) -> int | None:
-    """A usage count as vLLM sends it; anything else (negative, a float, a string) is none."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-        else None
-
-
-def _json_answer(content: bytes) -> Any:
-    try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError:
-        raise BadGateway("the upstream answered 200 with a body that is not JSON") from None
-
-
-def event_buffer(d: Deps, route: str) -> EventBuffer:
-    """A relay's buffer of an unfinished upstream event: bounded, its overflow counted."""
-    return EventBuffer(d.settings.max_event_bytes, d.metrics.events_too_large.labels(route).inc)
-
-
-def name_upstream(d: Deps, headers: dict[str, str], url: str | None) -> None:
-    """X-Upstream: the replica that answered or failed, when PROXY_UPSTREAM_HEADER is on."""
-    if d.settings.upstream_header and url:
-        headers["X-Upstream"] = url
-
-
-async def answered(handle: Awaitable[Response], trace: Trace, headers: dict[str, str],
-                   d: Deps, done: Callable[[Trace], None]) -> Response:
-    """A route's answer, whatever `handle` raised: the proxy's errors OpenAI-shaped, a client
-    gone (499), a shutdown's cut, a bug (500, logged with its request id, counted; never
-    silent); `done` (metrics, key lease, access log) for every answer but a relayed one,
-    whose relay calls it at its end."""
-    try:
-        response = await handle
-    except ProxyError as err:
-        trace.status = err.status
-        if isinstance(err, UpstreamError) and err.upstream:  # which replica failed
-            trace.upstream = err.upstream
-            name_upstream(d, headers, err.upstream)
-        response = error_response(err, headers)
-    except ClientGone:
-        trace.status = 499
-        response = Response(status_code=499)
-    except asyncio.CancelledError as exc:  # uvicorn's grace period is over: say so
-        if not cut_by_shutdown(exc):
-            raise
-        trace.status = SHUTDOWN_CUT.status
-        response = error_response(SHUTDOWN_CUT, headers)
-    except Exception:
-        log.exception("unexpected error", extra={"fields": {
-            "msg": "unexpected error", "rid": trace.rid, "route": trace.route}})
-        d.metrics.unexpected.labels(trace.route).inc()
-        trace.status = 500
-        response = error_response(ProxyError(
-            f"internal proxy error (request id {trace.rid})"), headers)
-    if not isinstance(response, RelayResponse | JsonAnswer):
-        done(trace)
-    return response

@@ -23,13 +23,14 @@ from starlette.responses import Response
 
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
+from proxy.deps import Deps, event_buffer
 from proxy.errors import UpstreamHTTPError, VllmTypeError
-from proxy.handler import Deps, Trace, answered, event_buffer, name_upstream
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
 from proxy.routing.backend import Backend
 from proxy.sending import JsonAnswer, RelayResponse
+from proxy.trace import Trace, answered, name_upstream
 from proxy.upstream import UpstreamStream
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class Passthrough:
         self.d = deps
         self.limits = limits  # the completion handler's: one budget per key for every route
         self.bounds = bounds
-        self.done = done  # the completion handler's: metrics, key lease, access log
+        self.done = done  # the completion handler's Finisher: metrics, key lease, access log
 
     async def __call__(self, request: Request, path: str) -> Response:
         trace = Trace(path, request_id(request), time.perf_counter())

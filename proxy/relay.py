@@ -138,7 +138,7 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
 class Pump:
     """A streaming single flight's leader relays through this: one task reads the upstream
     (and so fills the cache's accumulator), the leader's response reads from the pump. When
-    the leader's client leaves while others follow, the task goes on for them (the handler's
+    the leader's client leaves while others follow, the task goes on for them (forwarding.py's
     close hands it over) instead of being cancelled with the leader's response."""
 
     def __init__(self, source: AsyncIterator[bytes]) -> None:

@@ -15,8 +15,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.admin import cache_flush, cache_stats
+from proxy.deps import Deps
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
-from proxy.handler import CompletionHandler, Deps
+from proxy.handler import CompletionHandler
 from proxy.passthrough import CANCEL, STORED, Passthrough
 from proxy.receive import request_id
 from proxy.sending import error_response, json_response

@@ -402,11 +402,10 @@ async def lines_of(client: httpx.AsyncClient, into: list[str], first: asyncio.Ev
 
 
 async def test_shutdown_lets_a_handed_over_stream_finish_for_its_followers() -> None:
-    from proxy.handler import CompletionHandler
+    from proxy.forwarding import Forwarding
 
-    handler = CompletionHandler.__new__(CompletionHandler)
-    handler._jobs = set()
-    handler.d = SimpleNamespace(settings=Settings(drain_timeout=30.0))  # type: ignore[assignment]
+    deps = SimpleNamespace(settings=Settings(drain_timeout=30.0))
+    forwarding = Forwarding(deps, None)  # type: ignore[arg-type]
     release = asyncio.Event()
     finished: list[str] = []
 
@@ -416,29 +415,28 @@ async def test_shutdown_lets_a_handed_over_stream_finish_for_its_followers() -> 
     async def then() -> None:
         finished.append("stored")
 
-    handler._background(asyncio.create_task(stream()), then)
-    draining = asyncio.create_task(handler.drain())
+    forwarding._background(asyncio.create_task(stream()), then)
+    draining = asyncio.create_task(forwarding.drain())
     done, _ = await asyncio.wait([draining], timeout=0.05)
     assert not done                                     # it waits for the stream
     release.set()
     await draining
-    assert finished == ["stored"] and not handler._jobs
+    assert finished == ["stored"] and not forwarding._jobs
 
 
 async def test_shutdown_waits_for_handed_over_streams_at_most_the_drain_timeout() -> None:
-    from proxy.handler import CompletionHandler
+    from proxy.forwarding import Forwarding
 
-    handler = CompletionHandler.__new__(CompletionHandler)
-    handler._jobs = set()
-    handler.d = SimpleNamespace(settings=Settings(drain_timeout=0.05))  # type: ignore[assignment]
+    deps = SimpleNamespace(settings=Settings(drain_timeout=0.05))
+    forwarding = Forwarding(deps, None)  # type: ignore[arg-type]
     never = asyncio.Event()
 
     async def then() -> None:
         pass
 
     stuck = asyncio.create_task(never.wait())
-    handler._background(stuck, then)
-    await asyncio.wait_for(handler.drain(), timeout=5)  # returns: PROXY_DRAIN_TIMEOUT passed
+    forwarding._background(stuck, then)
+    await asyncio.wait_for(forwarding.drain(), timeout=5)  # returns: PROXY_DRAIN_TIMEOUT passed
     assert not stuck.done()
     stuck.cancel()
 
