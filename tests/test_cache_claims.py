@@ -15,6 +15,7 @@ from proxy.cache.lookup import SemanticCache
 from proxy.cache.redis_claims import RedisClaims
 from tests.cache_support import chat, completion
 from tests.support.procs import Redis
+from tests.support.waiting import wait_for_async
 
 pytestmark = pytest.mark.redis
 Q = "How do I undo the last git commit?"
@@ -214,10 +215,11 @@ async def test_a_stale_release_leaves_a_newer_claim_of_the_same_replica(redis: R
             first.cancel()  # its client left: it releases once the reply comes
             with pytest.raises(asyncio.CancelledError):
                 await first
-            deadline = time.monotonic() + 10
-            while await raw.exists(key):  # the first claim expires (0.3 s) ...
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+
+            async def expired() -> bool:
+                return not await raw.exists(key)
+
+            await wait_for_async(expired, "the first claim expires (0.3 s)", 10, every=0.02)
             assert await a.claim("f")  # ... and another request of replica a claims it
             assert not await b.claim("f")
             waiter = asyncio.create_task(b.settled("f", 10))
@@ -249,10 +251,10 @@ async def test_redis_down_means_lead_and_no_wait() -> None:
 
 async def counted(registry: CollectorRegistry, name: str, at_least: float) -> None:
     """Until the counter reaches at_least (polled: the lookups wait on Redis replies)."""
-    deadline = time.monotonic() + 10
-    while (registry.get_sample_value(name) or 0) < at_least:
-        assert time.monotonic() < deadline, name
-        await asyncio.sleep(0.01)
+    async def reached() -> bool:
+        return (registry.get_sample_value(name) or 0) >= at_least
+
+    await wait_for_async(reached, f"{name} reaches {at_least}", 10, every=0.01)
 
 
 def misses(registry: CollectorRegistry) -> float:

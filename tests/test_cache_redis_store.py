@@ -24,6 +24,7 @@ from tests.cache_support import answer, chat, completion, embedder, judge
 from tests.support.fake_upstream import FakeVllm
 from tests.support.procs import Redis
 from tests.support.proxy_app import proxy_client
+from tests.support.waiting import wait_for_async
 
 pytestmark = pytest.mark.redis
 T, REP = (f"{prefix}:{REDIS_FORMAT}:" for prefix in ("t", "rep"))  # the tests' stores' keys
@@ -246,11 +247,14 @@ async def test_redis_down_bypasses_and_recovers(redis: Redis) -> None:
         errors = registry.get_sample_value("proxy_cache_backend_errors_total", {"op": "lookup"})
         assert errors is not None and errors >= 1
         redis.start()
-        deadline = time.monotonic() + 10
         result = down
-        while result.status == "bypass" and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+
+        async def recovered() -> bool:
+            nonlocal result
             result = await cache.lookup(chat("What is a circuit breaker?"))
+            return result.status != "bypass"
+
+        await wait_for_async(recovered, "the cache is back on Redis", 10, every=0.1)
         assert result.status == "miss"
         await cache.store(result.ticket, completion("it opens"))
         assert (await cache.lookup(chat("What is a circuit breaker?"))).status == "hit"
@@ -301,10 +305,10 @@ def streamed(r: Any) -> tuple[str, bool]:
 
 async def quiet(c: Any) -> None:
     """Until the cache has nothing in flight: a stream's store runs on after its response."""
-    deadline = time.monotonic() + 10
-    while (await c.get("/admin/cache/stats", headers=ADMIN)).json()["in_flight"]:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    async def nothing_in_flight() -> bool:
+        return not (await c.get("/admin/cache/stats", headers=ADMIN)).json()["in_flight"]
+
+    await wait_for_async(nothing_in_flight, "nothing in flight in the cache", 10, every=0.01)
 
 
 ADMIN = {"Authorization": "Bearer admin-key"}
@@ -441,10 +445,11 @@ async def test_entries_past_their_ttl_leave_the_namespace_set(redis: Redis) -> N
     try:
         for name in "abc":
             await s.put(entry(name))
-        deadline = time.monotonic() + 10
-        while await s._r.exists(*(f"{T}e:{i}" for i in (1, 2, 3))):  # Redis expires them
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+
+        async def expired() -> bool:  # Redis expires them
+            return not await s._r.exists(*(f"{T}e:{i}" for i in (1, 2, 3)))
+
+        await wait_for_async(expired, "the entries past their TTL expire", 10)
         d = await s.put(entry("d"))
         assert d is not None
         assert await s.count() == 1
