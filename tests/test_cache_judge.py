@@ -64,6 +64,19 @@ def test_batched_scores_equal_one_at_a_time() -> None:
     assert batch == pytest.approx(single, abs=1e-3)
 
 
+@pytest.mark.parametrize("name", ["mpnet", "minilm"])
+def test_the_served_weights_score_what_the_unsigned_ones_do(name: str) -> None:
+    # judge_session.py: the weights as stored where this CPU sums u8 x s8 exactly, else the
+    # unsigned rewrite; the same integer products, so the same logits to the bit
+    auto = Judge.open(0.05, model_dir(name), check=False)
+    unsigned = Judge.open(0.05, model_dir(name), check=False, weights="unsigned")
+    assert auto.weights in ("stored", "unsigned") and unsigned.weights == "unsigned"
+    pairs = [*SAME, *DIFFERENT]
+    assert auto.logits(pairs) == unsigned.logits(pairs)
+    auto.close()
+    unsigned.close()
+
+
 def test_a_pair_over_the_window_never_passes_and_empty_is_empty() -> None:
     j = judge()
     long = " ".join(["word"] * 200)

@@ -9,7 +9,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from proxy.cache.judge_session import open_session, portable_bytes
+from proxy.cache.judge_session import (
+    Weights,
+    _probe_weights,
+    open_session,
+    portable_bytes,
+    served_weights,
+    signed_is_exact,
+)
 
 
 def matmul_integer(path: Path, weights: np.ndarray, zero_point: np.ndarray | None) -> None:
@@ -29,10 +36,9 @@ def matmul_integer(path: Path, weights: np.ndarray, zero_point: np.ndarray | Non
     onnx.save(model, str(path))
 
 
-@pytest.mark.parametrize("per_channel", [True, False, None])
-def test_weights_that_saturate_avx2_s8_sums_multiply_exactly(tmp_path: Path,
-                                                             per_channel: bool | None) -> None:
-    # 255 * 127 + 255 * 127 overflows the 16-bit pair sums of AVX2's u8 x s8 kernel
+def saturating(tmp_path: Path, per_channel: bool | None) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A one-op model, an input and its exact product: 255 * 127 + 255 * 127 overflows the
+    16-bit pair sums of AVX2's u8 x s8 kernel."""
     rng = np.random.default_rng(0)
     w = rng.integers(-128, 128, size=(64, 8)).astype(np.int8)
     w[:, 0] = 127
@@ -43,9 +49,39 @@ def test_weights_that_saturate_avx2_s8_sums_multiply_exactly(tmp_path: Path,
     a = rng.integers(0, 256, size=(5, 64)).astype(np.uint8)
     a[0] = 255
     exact = a.astype(np.int64) @ (w.astype(np.int64) - (0 if zp is None else zp))
-    out = open_session(tmp_path / "m.onnx", threads=1).run(None, {"a": a})[0]
+    return tmp_path / "m.onnx", a, exact
+
+
+@pytest.mark.parametrize("weights", ["auto", "unsigned"])
+@pytest.mark.parametrize("per_channel", [True, False, None])
+def test_weights_that_saturate_avx2_s8_sums_multiply_exactly(tmp_path: Path,
+                                                             per_channel: bool | None,
+                                                             weights: Weights) -> None:
+    path, a, exact = saturating(tmp_path, per_channel)
+    out = open_session(path, threads=1, weights=weights).run(None, {"a": a})[0]
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, exact)
+
+
+@pytest.mark.parametrize("per_channel", [True, False, None])
+def test_the_probe_says_whether_the_stored_weights_multiply_exactly_here(
+        tmp_path: Path, per_channel: bool | None) -> None:
+    # on an AVX2 or AVX-512BW CPU without VNNI: not exact, and the judge rewrites its weights
+    path, a, exact = saturating(tmp_path, per_channel)
+    out = open_session(path, threads=1, weights="stored").run(None, {"a": a})[0]
+    assert np.array_equal(out, exact) == signed_is_exact()
+    assert served_weights() == ("stored" if signed_is_exact() else "unsigned")
+
+
+def test_the_probe_overflows_a_16_bit_pair_sum() -> None:
+    # what vpmaddubsw computes (u8 x s8, adjacent pairs summed, saturated to int16) differs
+    # from the exact product on the probe's first row of 255s
+    for k, n in ((64, 8), (768, 32)):
+        w, _ = _probe_weights(k, n)
+        a = np.full(k, 255, dtype=np.int64)
+        pairs = (a * w.T.astype(np.int64)).reshape(n, k // 2, 2).sum(axis=2)
+        saturated = np.clip(pairs, -32768, 32767).sum(axis=1)
+        assert (saturated != a @ w.astype(np.int64)).any()
 
 
 def test_the_rewrite_is_unsigned_and_leaves_unsigned_models_alone(tmp_path: Path) -> None:

@@ -7,14 +7,16 @@ the threshold is picked from the table for the operator's `PROXY_CACHE_MAX_FALSE
 Scoring runs on ONNX Runtime in one worker thread, one hop per lookup for all its candidates; a
 pair longer than the model's window scores -inf (never a hit).
 
-The model runs with unsigned integer weights, whose products are exact on every x86 CPU
-(judge_session.py). At start the judge re-scores the reference pairs judge.json stores with
-their logits; when the median pair moves by more than DRIFT_LIMIT, this CPU does not compute
-what was calibrated, and the judge accepts nothing (the semantic tier serves identical texts
-only) and says so in the log and in /admin/cache/stats (`judge_drift`). The median, not the
-largest move: the float ops around the integer products differ a little between kernels, and
-a pair whose activations round the other way moves by up to ~1.6 (docs/cache.md
-"Portability"), while a CPU that computes the wrong products moves the median pair by logits.
+The model runs with integer products that are exact on every x86 CPU (judge_session.py: the
+weights as stored where this CPU's u8 x s8 kernel sums exactly, as VNNI does, else rewritten
+as unsigned; the same integers either way). At start the judge re-scores the reference pairs
+judge.json stores with their logits; when the median pair moves by more than DRIFT_LIMIT,
+this CPU does not compute what was calibrated, and the judge accepts nothing (the semantic
+tier serves identical texts only) and says so in the log and in /admin/cache/stats
+(`judge_drift`). The median, not the largest move: the float ops around the integer products
+differ a little between kernels, and a pair whose activations round the other way moves by up
+to ~1.6 (docs/cache.md "Portability"), while a CPU that computes the wrong products moves the
+median pair by logits.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 import orjson
 
 from proxy.cache.calibrate import Row, pick
-from proxy.cache.judge_session import open_session
+from proxy.cache.judge_session import Weights, open_session, served_weights
 
 MODEL_DIR = Path(__file__).resolve().parent / "judge_model"
 DRIFT_LIMIT = 0.1  # the median reference pair's |logit - reference|
@@ -39,13 +41,15 @@ log = logging.getLogger("proxy.cache")
 
 class Judge:
     def __init__(self, session: Any, tokenizer: Any, rows: list[Row], rate: float,
-                 max_tokens: int, floor: float, drift: float | None = None) -> None:
+                 max_tokens: int, floor: float, drift: float | None = None,
+                 weights: str | None = None) -> None:
         self.session = session  # shareable between judges (thread-safe for run())
         self.tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
         self.rows = rows
         self.rate = rate
         self.drift = drift  # median |logit - reference| at start; None: not checked
+        self.weights = weights  # "stored" or "unsigned" (judge_session.py); None: not said
         self.threshold = math.inf if self.drifted else pick(rows, rate)
         self.max_tokens = max_tokens
         self.floor = floor  # the cosine floor the table was calibrated with
@@ -60,14 +64,15 @@ class Judge:
 
     @staticmethod
     def open(rate: float, path: Path | None = None, threads: int = 1,
-             check: bool = True) -> Judge:
+             check: bool = True, weights: Weights = "auto") -> Judge:
         """Blocking: load the model, re-score its reference pairs (unless `check` is off) and
-        pick the threshold for `rate`."""
+        pick the threshold for `rate`. `weights` other than "auto": for tools.judge.speed."""
         from tokenizers import Tokenizer
 
         root = path or MODEL_DIR
         meta = orjson.loads((root / "judge.json").read_bytes())
-        session = open_session(root / meta["model"], threads)
+        kind = served_weights(weights)
+        session = open_session(root / meta["model"], threads, kind)
         tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         tokenizer.no_padding()
         tokenizer.no_truncation()
@@ -75,13 +80,13 @@ class Judge:
         args = (session, tokenizer, rows, rate, int(meta["max_tokens"]), float(meta["floor"]))
         reference = meta.get("reference") if check else None
         if not reference:
-            return Judge(*args)
+            return Judge(*args, weights=kind)
         probe = Judge(*args)
         got = probe.logits([(a, b) for a, b, _ in reference])
         probe.close()
         drift = float(np.median([abs(g - float(want)) if math.isfinite(g) else math.inf
                                  for g, (_, _, want) in zip(got, reference, strict=True)]))
-        judge = Judge(*args, drift=drift)
+        judge = Judge(*args, drift=drift, weights=kind)
         if judge.drifted:
             log.error("cache judge %s: on this CPU its reference pairs score a median %.3f "
                       "away from the logits it was calibrated with; it accepts nothing (the "

@@ -343,6 +343,7 @@ class SemanticCache:
         return {"mode": self.cfg.mode, "threshold": self.cfg.threshold,
                 "judge_threshold": self.judge.threshold if self.judge is not None else None,
                 "judge_drift": self.judge.drift if self.judge is not None else None,
+                "judge_weights": self.judge.weights if self.judge is not None else None,
                 "max_false_hit_rate": self.cfg.max_false_hit_rate,
                 "store": "redis" if self.cfg.redis_url else "memory",
                 "entries": await self.db.count(),

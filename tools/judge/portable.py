@@ -1,9 +1,10 @@
 """python -m tools.judge.portable [MODEL_DIR] [--pairs N] [--table] [--write-reference]
 
 Does a judge score on this CPU what it scored when it was calibrated? Prints the CPU's integer
-instruction sets, then on N seeded dev pairs the logits of the weights as stored (signed int8)
-beside the portable path the proxy serves with (judge_session.py: unsigned, exact on every
-x86 CPU): their correlation and largest difference, and each path's cost per pair.
+instruction sets and which weights the proxy serves with here, then on N seeded dev pairs the
+logits of the weights as stored (signed int8) beside the portable path (judge_session.py:
+unsigned, exact on every x86 CPU; the proxy serves the stored weights only where they are
+exact too): their correlation and largest difference, and each path's cost per pair.
 --table recomputes the whole calibration table on dev through the served path (cosine floor,
 rules, judge), with each kind of weights, counts the rows whose hits or false hits differ from
 judge.json's and prints the thresholds each picks.
@@ -26,7 +27,7 @@ import orjson
 
 from proxy.cache.calibrate import pick, table
 from proxy.cache.judge import MODEL_DIR, Judge
-from proxy.cache.judge_session import open_session
+from proxy.cache.judge_session import open_session, served_weights
 from tools.judge.train import THRESHOLDS, cosines, gated, load, reference
 
 
@@ -67,9 +68,10 @@ def main(argv: list[str] | None = None) -> None:
     sample = [dev[int(i)] for i in rng.choice(len(dev), min(args.pairs, len(dev)),
                                               replace=False)]
     pairs = [(p["a"], p["b"]) for p in sample]
-    judge = Judge.open(0.01, args.model, threads=args.threads, check=False)
+    judge = Judge.open(0.01, args.model, threads=args.threads, check=False, weights="unsigned")
+    print(f"the judge serves the {served_weights()} weights on this CPU (judge_session.py)")
     meta = orjson.loads((args.model / "judge.json").read_bytes())
-    stored = Judge(open_session(args.model / meta["model"], args.threads, portable=False),
+    stored = Judge(open_session(args.model / meta["model"], args.threads, "stored"),
                    judge.tokenizer, judge.rows, 0.01, judge.max_tokens, judge.floor)
     ours, ours_ms = timed(judge, pairs)
     theirs, theirs_ms = timed(stored, pairs)
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
           f"correlation {corr:.4f}, {spread(ours, theirs)}; "
           f"ms per pair stored {theirs_ms:.1f}, portable {ours_ms:.1f}")
     if args.levels:
-        basic = Judge(open_session(args.model / meta["model"], args.threads,
+        basic = Judge(open_session(args.model / meta["model"], args.threads, "unsigned",
                                    level="ORT_ENABLE_BASIC"),
                       judge.tokenizer, judge.rows, 0.01, judge.max_tokens, judge.floor)
         other, _ = timed(basic, pairs)
