@@ -15,7 +15,10 @@ C. The vector index in-process: flat (IndexFlatIP) vs HNSW (M=32) at 10k/100k/1M
    build time, search p50/p99, recall@1 of HNSW against flat.
 D. The learned judge in-process (one ONNX Runtime thread, as the proxy runs it): one lookup's
    candidates scored as one batch of 1, 2 or 4 pairs from the judge's dev split: per-batch
-   and per-candidate p50/p99.
+   and per-candidate p50/p99. --judge-compare unsigned also opens the judge with the portable
+   rewrite (proxy/cache/judge_session.py; the proxy serves the weights as stored where this
+   CPU multiplies them exactly) and times both on the same batches, interleaved, so that the
+   load on a shared box falls on both alike; the served judge keeps the usual keys.
 """
 
 from __future__ import annotations
@@ -141,28 +144,42 @@ async def embedder_batching(quick: bool) -> dict[str, Any]:
     return out
 
 
-def judge_cost(quick: bool) -> dict[str, Any]:
+def judge_cost(quick: bool, compare: list[str]) -> dict[str, Any]:
     from proxy.cache.config import CacheConfig
     from proxy.cache.judge import Judge
 
     rows = [json.loads(x) for x in JUDGE_PAIRS.read_text().splitlines() if x.strip()]
     qa = [(r["a"], r["b"]) for r in rows]
     cfg = CacheConfig.from_settings()  # PROXY_CACHE_JUDGE_MODEL, PROXY_CACHE_JUDGE_THREADS
-    judge = Judge.open(0.01, cfg.judge_dir, threads=cfg.judge_threads)
-    judge.logits(qa[:8])  # warm up
-    out: dict[str, Any] = {"judge_model": cfg.judge_model, "judge_threads": cfg.judge_threads}
+    judges = {"": Judge.open(0.01, cfg.judge_dir, threads=cfg.judge_threads)}
+    for weights in compare:
+        judges[f"_{weights}"] = Judge.open(0.01, cfg.judge_dir, threads=cfg.judge_threads,
+                                           weights=weights)  # type: ignore[arg-type]
+    for judge in judges.values():
+        judge.logits(qa[:8])  # warm up
+    out: dict[str, Any] = {"judge_model": cfg.judge_model, "judge_threads": cfg.judge_threads,
+                           "judge_weights": judges[""].weights}
+    print(f"  judge {cfg.judge_model}: serves the {judges[''].weights} weights, "
+          f"{cfg.judge_threads} thread(s)", flush=True)
     rounds = 50 if quick else 600
+    order = list(judges)
+    shuffle = random.Random(7)
     for size in (1, 2, 4):
-        lat = []
+        lat: dict[str, list[float]] = {key: [] for key in judges}
         for i in range(rounds):
             batch = [qa[(i * size + j) % len(qa)] for j in range(size)]
-            t = time.perf_counter()
-            judge.logits(batch)
-            lat.append(time.perf_counter() - t)
-        out[f"judge_batch{size}"] = {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99),
-                                     "per_candidate_p50_ms": _pct(lat, 50) / size}
-        print(f"  judge batch {size}: {out[f'judge_batch{size}']}", flush=True)
-    judge.close()
+            shuffle.shuffle(order)
+            for key in order:
+                t = time.perf_counter()
+                judges[key].logits(batch)
+                lat[key].append(time.perf_counter() - t)
+        for key, xs in lat.items():
+            name = f"judge{key}_batch{size}"
+            out[name] = {"p50_ms": _pct(xs, 50), "p99_ms": _pct(xs, 99),
+                         "per_candidate_p50_ms": _pct(xs, 50) / size}
+            print(f"  {name}: {out[name]}", flush=True)
+    for judge in judges.values():
+        judge.close()
     return out
 
 
@@ -218,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--plots", type=Path, default=None)
+    p.add_argument("--judge-compare", default="",
+                   help="also time the judge opened with these weights (unsigned, stored)")
     a = p.parse_args(argv)
     parts = a.parts.split(",")
     sizes = [2000] if a.quick else [int(x) for x in a.sizes.split(",")]
@@ -230,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if "embed" in parts:
         doc["embed"] = asyncio.run(embedder_batching(a.quick))
     if "judge" in parts:
-        doc["judge"] = judge_cost(a.quick)
+        doc["judge"] = judge_cost(a.quick, [w for w in a.judge_compare.split(",") if w])
     if "index" in parts:
         doc["index"] = index_scaling(sizes, a.quick)
     ratios: dict[str, str] = {}
@@ -254,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         if f"judge_batch{size}" in jd:
             ratios[f"judge p50 per candidate, batch of {size} (ms)"] = \
                 f"{jd[f'judge_batch{size}']['per_candidate_p50_ms']:.2f}"
+        for key in jd:
+            if key.startswith("judge_") and key.endswith(f"_batch{size}") and key != \
+                    f"judge_batch{size}":
+                other = key[len("judge_"):-len(f"_batch{size}")]
+                ratios[f"judge p50 per candidate, batch of {size}, {other} (ms)"] = \
+                    f"{jd[key]['per_candidate_p50_ms']:.2f}"
     ix = doc.get("index", {})
     for size in sizes:
         if f"hnsw_{size}" in ix:

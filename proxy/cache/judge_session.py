@@ -12,12 +12,13 @@ and hence every logit, is the one the calibration table was measured with. A mod
 signed weights loads from its path unchanged.
 
 The u8 x u8 kernel costs more than VNNI's u8 x s8 one: on an AVX-512 VNNI EPYC the mpnet judge
-took 1.7x as long a pair (docs/cache.md "Cost"). So the rewrite is done only where it is
-needed: at the first load a probe (`signed_is_exact`) multiplies, through ONNX Runtime's u8 x s8
-kernel, weights and inputs whose pair sums overflow 16 bits; where the product is exact (VNNI,
-AVX-VNNI, AMX: 32-bit sums) the weights load as stored, elsewhere they are rewritten. Both
-paths compute the same integers, so the logits are the same (all of dev, bit for bit, on that
-EPYC); the judge's start-up self-check (judge.py) still compares the reference pairs either way.
+took 1.77x as long a pair with the rewrite (docs/cache.md "Only where needed"). So the rewrite
+is done only where it is needed: at the first load a probe (`signed_is_exact`) multiplies,
+through ONNX Runtime's u8 x s8 kernel, weights and inputs whose pair sums overflow 16 bits;
+where the product is exact (VNNI, AVX-VNNI, AMX: 32-bit sums) the weights load as stored,
+elsewhere they are rewritten. Both paths compute the same integers, so the logits are the same
+(all of dev, bit for bit, on that EPYC); the judge's start-up self-check (judge.py) still
+compares the reference pairs either way.
 """
 
 from __future__ import annotations
@@ -120,13 +121,16 @@ def signed_is_exact() -> bool:
     options.inter_op_num_threads = 1
     rng = np.random.default_rng(1)
     for m, k, n in ((1, 64, 8), (7, 768, 32), (40, 3072, 16)):
-        session = ort.InferenceSession(_probe_model(k, n), options,
-                                       providers=["CPUExecutionProvider"])
         w, zp = _probe_weights(k, n)
         a = rng.integers(0, 256, size=(m, k)).astype(np.uint8)
         a[0] = 255
         a_zp = np.uint8(rng.integers(0, 256))
-        got = session.run(None, {"a": a, "a_zp": np.asarray(a_zp)})[0]
+        try:
+            session = ort.InferenceSession(_probe_model(k, n), options,
+                                           providers=["CPUExecutionProvider"])
+            got = session.run(None, {"a": a, "a_zp": np.asarray(a_zp)})[0]
+        except Exception:  # whatever fails here, the unsigned path is safe
+            return False
         want = (a.astype(np.int64) - int(a_zp)) @ (w.astype(np.int64) - zp.astype(np.int64))
         if not np.array_equal(got, want):
             return False
