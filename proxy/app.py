@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,6 +23,7 @@ from proxy.handler import CompletionHandler
 from proxy.metrics import Metrics
 from proxy.nullcache import NullCache
 from proxy.passthrough import Passthrough
+from proxy.readiness import Readiness
 from proxy.receive import KeyRing
 from proxy.routes import EXCEPTION_HANDLERS, ROUTES
 from proxy.routing.build import background, make_policy
@@ -61,8 +63,10 @@ def app_from_env() -> Starlette:
 
 
 def create_app(settings: Settings, *, transport: Transport | None = None,
-               counter: TokenCounter | None = None, freeze_gc: bool = False) -> Starlette:
-    """transport and counter are for tests (a fake vLLM, a fake tokenizer);
+               counter: TokenCounter | None = None, freeze_gc: bool = False,
+               clock: Callable[[], float] = time.monotonic) -> Starlette:
+    """transport, counter and clock are for tests (a fake vLLM, a fake tokenizer, the time
+    that the kept answers of /version and /ready age by);
     freeze_gc is for the server process (python -m proxy serve), never for apps in tests."""
 
     @asynccontextmanager
@@ -98,7 +102,8 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
             app.state.passthrough = Passthrough(deps, handler.limits, handler.bounds,
                                                 handler.finish.done)
             app.state.version = version = VersionCache(
-                lambda: upstream.fetch("GET", "/version", wait=METADATA_WAIT))
+                lambda: upstream.fetch("GET", "/version", wait=METADATA_WAIT), clock=clock)
+            app.state.ready = ready = Readiness(upstream, clock=clock)
             log.info("ready", extra={"fields": {
                 "msg": "proxy started", "upstreams": list(settings.upstreams),
                 "models": list(catalog.models), "tokenizer": auto.source if counter is None
@@ -124,6 +129,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                 await app.state.handler.drain()  # streams handed over to followers end first
                 await app.state.handler.aclose()
                 await version.aclose()
+                await ready.aclose()
                 await cache.aclose()
         finally:
             await upstream.aclose()

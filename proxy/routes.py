@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import logging
 from typing import Any
 
-import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,6 +17,7 @@ from proxy.deps import Deps
 from proxy.errors import MethodNotAllowed, NotFound, ProxyError, Unauthorized
 from proxy.handler import CompletionHandler
 from proxy.passthrough import CANCEL, STORED, Passthrough
+from proxy.readiness import Readiness
 from proxy.receive import request_id
 from proxy.sending import error_response, json_response
 from proxy.upstream import METADATA_WAIT
@@ -109,19 +108,16 @@ def _operator(request: Request, d: Deps) -> None:
 
 
 async def ready(request: Request) -> Response:
+    """Every replica's /health probed: one round at a time, its answer kept a second
+    (proxy/readiness.py), so an open /ready is no lever on the upstreams."""
     d = _deps(request)
     try:
         _operator(request, d)
     except ProxyError as err:
         return error_response(err)
-    backends = d.upstream.balancer.backends
-    probes = await asyncio.gather(*(d.upstream.probe(b) for b in backends))
-    state = d.upstream.balancer.state()
-    for item, ok in zip(state, probes, strict=True):
-        item["reachable"] = ok
-    ready_ = any(probes)
-    body: dict[str, Any] = {"status": "ready" if ready_ else "unavailable", "upstreams": state}
-    return json_response(orjson.dumps(body), 200 if ready_ else 503)
+    readiness: Readiness = request.app.state.ready
+    status, body = await readiness.get()
+    return json_response(body, status)
 
 
 async def metrics(request: Request) -> Response:

@@ -2,6 +2,7 @@ import asyncio
 import subprocess
 import sys
 
+from proxy.readiness import READY_KEPT
 from proxy.settings import Settings
 from tests.support.fake_upstream import FakeVllm
 from tests.support.procs import REPO
@@ -26,14 +27,16 @@ async def test_many_apps_each_with_their_own_metrics():
 
 
 async def test_starts_with_the_upstream_down_and_recovers():
-    fake = FakeVllm(connect_error={A})
-    async with proxy_client(settings(upstream_backoff=0), transport=fake.transport) as c:
+    fake, now = FakeVllm(connect_error={A}), [0.0]
+    async with proxy_client(settings(upstream_backoff=0), transport=fake.transport,
+                            clock=lambda: now[0]) as c:
         assert (await c.get("/health")).status_code == 200
         ready = await c.get("/ready")
         assert ready.status_code == 503 and ready.json()["upstreams"][0]["reachable"] is False
         down = await c.post("/v1/chat/completions", json=CHAT)
         assert down.status_code == 503 and down.json()["error"]["type"] == "upstream_unavailable"
         fake.connect_error.clear()
+        now[0] += READY_KEPT + 0.001  # /ready's answer is kept that long (proxy/readiness.py)
         assert (await c.get("/ready")).status_code == 200
         assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200
 

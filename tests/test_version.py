@@ -24,6 +24,7 @@ class Asked:
         if not hold:
             self.go.set()
         self.fail = False
+        self.answered = asyncio.Event()  # the last call has returned its answer
 
     async def __call__(self) -> bytes:
         self.calls += 1
@@ -31,6 +32,7 @@ class Asked:
         await self.go.wait()
         if self.fail:
             raise UpstreamUnavailable("no replica answered")
+        self.answered.set()
         return b'{"version":"%d"}' % self.calls
 
 
@@ -88,3 +90,20 @@ async def test_close_cancels_the_call_in_flight() -> None:
     await kept.aclose()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+async def test_an_answer_nobody_stayed_for_is_kept_from_when_it_came() -> None:
+    # its only caller left; the call ended then. Asked again much later, that old answer was
+    # served as new (and kept 60 s more): the call, not its waiters, keeps its answer now.
+    now = [100.0]
+    asked = Asked(hold=True)
+    kept = VersionCache(asked, clock=lambda: now[0])
+    leaving = asyncio.create_task(kept.get())
+    await asked.started.wait()
+    leaving.cancel()
+    asked.go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    await asked.answered.wait()
+    now[0] += VERSION_KEPT + 1
+    assert await kept.get() == b'{"version":"2"}' and asked.calls == 2
