@@ -22,6 +22,7 @@ from proxy.settings import Settings
 from tests.cache_support import chat, completion
 from tests.support.fake_upstream import FakeVllm
 from tests.support.serving import served
+from tests.support.waiting import wait_for_async
 
 
 async def test_a_follower_gets_what_came_then_each_event_as_it_comes() -> None:
@@ -196,6 +197,11 @@ async def test_through_the_proxy_one_upstream_stream_serves_every_identical_requ
         assert len(ids) == 1 and "cmpl-fake" not in ids    # its own id, as a replay's
 
 
+async def left(client: httpx.AsyncClient) -> bool:
+    """The proxy has counted a client that left (a 499)."""
+    return 'status="499"' in (await client.get("/metrics")).text
+
+
 async def test_when_the_leaders_client_leaves_the_followers_still_get_the_whole_answer() -> None:
     resume = asyncio.Event()
     fake = FakeVllm(pause=(3, resume))
@@ -214,8 +220,7 @@ async def test_when_the_leaders_client_leaves_the_followers_still_get_the_whole_
             following = asyncio.create_task(lines(follow, follower_lines, follower_first))
             await follower_first.wait()
             reading.cancel()                             # the leader's client goes away
-        while 'status="499"' not in (await client.get("/metrics")).text:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)                    # the proxy saw it leave
+        await wait_for_async(lambda: left(client), "the proxy saw it leave", 10, every=0.01)
         resume.set()                                     # and only then the upstream goes on
         await following
         await follow_cm.__aexit__(None, None, None)

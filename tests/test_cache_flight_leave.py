@@ -13,6 +13,7 @@ import pytest
 from proxy.settings import Settings
 from tests.support.fake_upstream import FakeVllm
 from tests.support.proxy_app import proxy_client
+from tests.support.waiting import wait_for_async
 from tests.test_cache_flight import body, content, lines, served_proxy
 
 
@@ -30,6 +31,11 @@ async def reading(client: httpx.AsyncClient, text: str
 def _gauge(metrics: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith(name + " "))
+
+
+async def counted(client: httpx.AsyncClient, name: str) -> bool:
+    """The proxy's counter `name` is at 1 (once, as each test here waits for it)."""
+    return f"{name} 1.0" in (await client.get("/metrics")).text
 
 
 @pytest.mark.parametrize("leader_first", [True, False])
@@ -50,10 +56,15 @@ async def test_when_every_client_has_left_the_upstream_stream_is_stopped(
         for task, cm in order if leader_first else order[::-1]:
             task.cancel()
             await cm.__aexit__(None, None, None)
-        async with asyncio.timeout(20):  # the upstream stream is let go, paused as it is
-            while _gauge(metrics := (await client.get("/metrics")).text,  # noqa: ASYNC110
-                         "proxy_inflight_requests") > 0:
-                await asyncio.sleep(0.01)
+        metrics = ""
+
+        async def let_go() -> bool:
+            nonlocal metrics
+            metrics = (await client.get("/metrics")).text
+            return _gauge(metrics, "proxy_inflight_requests") == 0
+
+        # the upstream stream is let go, paused as it is
+        await wait_for_async(let_go, "nothing in flight", 20, every=0.01)
         resume.set()  # (so that nothing is left waiting on it)
     handovers = _gauge(metrics, "proxy_flight_handovers_total")
     assert handovers == (1.0 if leader_first else 0.0)  # none to a follower already gone
@@ -72,18 +83,19 @@ async def test_a_twin_that_leaves_while_waiting_frees_its_key_lease_at_once() ->
         lead_cm, leading, _ = await reading(client, "Wait for me")
         twin = asyncio.create_task(client.post("/v1/chat/completions", json={
             **body("Wait for me"), "stream": False}))
-        async with asyncio.timeout(20):
-            while 'proxy_cache_single_flight_waits_total 1.0' not in (  # noqa: ASYNC110
-                    await client.get("/metrics")).text:
-                await asyncio.sleep(0.01)
+        await wait_for_async(lambda: counted(client, "proxy_cache_single_flight_waits_total"),
+                             "the twin waits on the flight", 20, every=0.01)
         twin.cancel()  # the twin's client leaves while it waits
-        async with asyncio.timeout(20):
-            while True:  # a third request of the key is admitted (2 concurrent: the leader's
-                other = await client.post("/v1/chat/completions", json={  # and this one)
-                    **body("Something else"), "stream": False, "max_tokens": 1})
-                if other.status_code != 429:
-                    break
-                await asyncio.sleep(0.05)
+        other = httpx.Response(429)
+
+        async def admitted() -> bool:
+            nonlocal other
+            other = await client.post("/v1/chat/completions", json={
+                **body("Something else"), "stream": False, "max_tokens": 1})
+            return other.status_code != 429
+
+        # a third request of the key is admitted (2 concurrent: the leader's and this one)
+        await wait_for_async(admitted, "the twin's lease is freed", 20)
         assert other.status_code == 200, other.text
         resume.set()
         await leading
@@ -120,10 +132,8 @@ async def test_a_leader_whose_client_does_not_read_does_not_hold_its_followers()
         leader = asyncio.create_task(c.app(scope, receive, send))  # type: ignore[attr-defined]
         await stuck.wait()
         follow = asyncio.create_task(c.post("/v1/chat/completions", json=body("Slow reader")))
-        async with asyncio.timeout(10):
-            while "proxy_cache_single_flight_streams_total 1.0" not in (  # noqa: ASYNC110
-                    await c.get("/metrics")).text:
-                await asyncio.sleep(0.01)
+        await wait_for_async(lambda: counted(c, "proxy_cache_single_flight_streams_total"),
+                             "the follower follows the leader's stream", 10, every=0.01)
         resume.set()
         async with asyncio.timeout(10):  # not the leader's 60 s send timeout
             r = await follow

@@ -14,6 +14,7 @@ from proxy.cache.config import CacheConfig
 from proxy.cache.judge import Judge
 from proxy.cache.lookup import SemanticCache
 from tests.cache_support import chat, completion, embedder, judge
+from tests.support.waiting import wait_for_async
 
 
 @pytest.fixture
@@ -38,6 +39,14 @@ async def cache(registry: CollectorRegistry) -> AsyncIterator[SemanticCache]:
 def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
     value = registry.get_sample_value(name, labels)
     return value or 0.0
+
+
+async def waiting(registry: CollectorRegistry, n: int) -> None:
+    """Until n lookups wait on the single flight (they wait on the loop's own tasks)."""
+    async def counted() -> bool:
+        return metric(registry, "proxy_cache_single_flight_waits_total") >= n
+
+    await wait_for_async(counted, f"{n} lookups wait on the flight", 10, every=0.01)
 
 
 async def fill(cache: SemanticCache, text: str, reply: str, **kw: Any) -> None:
@@ -219,8 +228,7 @@ async def test_single_flight(cache: SemanticCache, registry: CollectorRegistry) 
     assert first.status == "miss"
     waiters = [asyncio.create_task(cache.lookup(chat("What is single flight?")))
                for _ in range(5)]
-    while metric(registry, "proxy_cache_single_flight_waits_total") < 5:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+    await waiting(registry, 5)
     assert not any(w.done() for w in waiters)
     await cache.store(first.ticket, completion("once"))
     results = await asyncio.gather(*waiters)
@@ -231,8 +239,7 @@ async def test_single_flight_abandon_promotes_one_waiter(cache: SemanticCache,
                                                          registry: CollectorRegistry) -> None:
     first = await cache.lookup(chat("What is a leader?"))
     waiters = [asyncio.create_task(cache.lookup(chat("What is a leader?"))) for _ in range(3)]
-    while metric(registry, "proxy_cache_single_flight_waits_total") < 3:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+    await waiting(registry, 3)
     await cache.abandon(first.ticket)
     done, pending = await asyncio.wait(waiters, timeout=5)
     assert len(done) == 1 and next(iter(done)).result().status == "miss"

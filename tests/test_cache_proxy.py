@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +13,7 @@ import pytest
 from proxy.settings import Settings
 from tests.support.procs import Redis, Vllm, proxy_process
 from tests.support.proxy_app import proxy_client
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_for_async
 
 pytestmark = pytest.mark.vllm
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -168,11 +167,12 @@ async def test_two_replicas_share_redis_and_survive_redis_down(vllm: Vllm, redis
 
         redis.start()
         status = "BYPASS"
-        for _ in range(50):
-            r = await one.post("/v1/chat/completions", json=q)
-            status = r.headers["X-Cache"]
-            if status != "BYPASS":
-                break
-            await asyncio.sleep(0.2)
+
+        async def reconnected() -> bool:
+            nonlocal status
+            status = (await one.post("/v1/chat/completions", json=q)).headers["X-Cache"]
+            return status != "BYPASS"
+
+        await wait_for_async(reconnected, "the proxy is back on Redis", 15, every=0.2)
         assert status == "MISS"  # a fresh redis-server: empty, and used again
         assert (await two.post("/v1/chat/completions", json=q)).headers["X-Cache"] == "HIT"

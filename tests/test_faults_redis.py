@@ -25,7 +25,7 @@ from proxy.settings import Settings
 from tests.support.fake_upstream import FakeVllm
 from tests.support.procs import Redis, free_port
 from tests.support.proxy_app import proxy_client
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_for_async
 
 pytestmark = pytest.mark.redis
 CHAT = "/v1/chat/completions"
@@ -119,7 +119,9 @@ async def test_redis_killed_and_restarted(redis_aof: Persistent, mode: str) -> N
         during = [f"written during the crash {i}" for i in range(40)]
         burst = [asyncio.ensure_future(c.post(CHAT, json=ask(q, stream=i % 2 == 0)))
                  for i, q in enumerate(during)]
-        await asyncio.sleep(0.01)
+        # the burst is under way (its first request has reached vLLM, its answer is on its
+        # way to the store, the others behind it): then the kill
+        await fake.arrived(len(before) + 1)
         redis_aof.kill()
         for q, r in zip(during, await asyncio.gather(*burst), strict=True):
             assert r.status_code == 200 and text_of(r) == expected(q)
@@ -135,12 +137,13 @@ async def test_redis_killed_and_restarted(redis_aof: Persistent, mode: str) -> N
         # restarted on the same port from its append-only file: the proxy reconnects by itself
         redis_aof.start()
         status = "BYPASS"
-        for _ in range(100):
-            r = await c.post(CHAT, json=ask(before[0]))
-            status = r.headers["x-cache"]
-            if status != "BYPASS":
-                break
-            await asyncio.sleep(0.1)
+
+        async def reconnected() -> bool:
+            nonlocal status
+            status = (await c.post(CHAT, json=ask(before[0]))).headers["x-cache"]
+            return status != "BYPASS"
+
+        await wait_for_async(reconnected, "the proxy is back on Redis", 15, every=0.1)
         assert status == "HIT", "entries written before the kill are served again"
         for i, q in enumerate(before):
             r = await c.post(CHAT, json=ask(q, stream=i % 2 == 1))

@@ -81,6 +81,9 @@ def test_self_check_is_silent_in_a_closed_loop_and_flags_one_stall(mock_url):
     """Concurrency 32 with no rate: no schedule to lag, so no send-lag warning (it used to cry
     wolf here). One 616 ms event-loop stall mid-run: flagged, though the p99 hides it."""
     async def stall():
+        # time let pass on purpose, not a wait for something: the stall is to land mid-run,
+        # and the run cannot end sooner (200 requests of >= 40 ms + 7 x 10 ms at 32 at once:
+        # about 0.7 s); nothing of the run is in reach here to wait on instead
         await asyncio.sleep(0.3)
         time.sleep(0.616)  # noqa: ASYNC251 (the point: one blocked loop)
         await asyncio.Event().wait()

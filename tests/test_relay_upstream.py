@@ -16,6 +16,7 @@ from proxy.settings import Settings
 from tests.support.fake_upstream import FakeVllm
 from tests.support.proxy_app import proxy_client
 from tests.support.serving import served
+from tests.support.waiting import wait_for_async
 from tests.test_handler import settings, sse_events
 
 
@@ -64,6 +65,11 @@ async def test_odd_upstream_answers_neither_500_nor_hold_a_slot(odd: str):
     assert "proxy_unexpected_errors_total{" not in metrics
 
 
+async def left(client: httpx.AsyncClient) -> bool:
+    """The proxy has counted a client that left (a 499)."""
+    return 'status="499"' in (await client.get("/metrics")).text
+
+
 async def test_a_stream_cut_before_its_usage_is_charged_what_was_relayed():
     # found by a review: a client that left just before the usage chunk was charged 0 tokens,
     # so a key's tpm limit was never reached
@@ -83,9 +89,8 @@ async def test_a_stream_cut_before_its_usage_is_charged_what_was_relayed():
                     async for line in r.aiter_lines():
                         if "length" in line:
                             break  # leave before the usage chunk and [DONE]
-            async with asyncio.timeout(10):  # the proxy has seen this one leave
-                while 'status="499"' not in (await c.get("/metrics")).text:  # noqa: ASYNC110
-                    await asyncio.sleep(0.01)
+            await wait_for_async(lambda: left(c), "the proxy has seen this one leave", 10,
+                                 every=0.01)
     assert 429 in codes, codes
 
 

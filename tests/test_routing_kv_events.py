@@ -10,6 +10,7 @@ from proxy.routing.kv_events import KvEvents, Reported
 from proxy.routing.load import LoadGuard
 from proxy.routing.protocol import RouteRequest
 from tests.support.procs import free_port
+from tests.support.waiting import wait_for_async
 
 BS = 4
 TOKENS = [*range(100, 100 + 4 * BS), 1, 2]  # 4 full blocks and a partial one
@@ -74,14 +75,19 @@ async def test_listen_decodes_vllms_zmq_batches():
     p = KvEvents(BS, LoadGuard(), {"http://a": f"tcp://127.0.0.1:{port}"})
     task = asyncio.create_task(p.listen("http://a"))
     payload = msgspec.msgpack.encode(batch(stored([11, 12], None, TOKENS[:2 * BS])))
+    seq = 0
+
+    async def decoded() -> bool:  # a subscriber misses what is sent before it joins: resent
+        nonlocal seq
+        if p.reported["http://a"].matched(chain(TOKENS, BS)) >= 2:
+            return True
+        p.reported["http://a"].last_seq = None
+        await pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+        seq += 1
+        return False
+
     try:
-        seq = 0
-        async with asyncio.timeout(30):  # a subscriber misses what is sent before it joins
-            while p.reported["http://a"].matched(chain(TOKENS, BS)) < 2:
-                p.reported["http://a"].last_seq = None
-                await pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
-                seq += 1
-                await asyncio.sleep(0.05)
+        await wait_for_async(decoded, "the listener applies a batch", 30)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
