@@ -235,6 +235,9 @@ class Upstream:
             return False
         try:
             await read_at_most(reply, self.max_answer_bytes, backend.url)
+        except AnswerTooLarge:
+            self.metrics.answers_too_large.labels(backend.url).inc()
+            return False
         except UpstreamError:
             return False
         finally:

@@ -15,7 +15,7 @@ from proxy.errors import BadGateway, UpstreamHTTPError
 from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.upstream import Upstream
-from tests.support.fake_upstream import FakeReply, FakeVllm
+from tests.support.fake_upstream import FakeReply, FakeTransport, FakeVllm
 from tests.support.proxy_app import proxy_client
 
 LIMIT = 64 * 1024
@@ -103,3 +103,15 @@ async def test_over_the_real_transport() -> None:
         fake.release.set()  # the fake's handler may end
     assert r.status_code == 502 and "PROXY_MAX_ANSWER_BYTES" in r.json()["error"]["message"]
     assert f'proxy_answers_too_large_total{{upstream="{url}"}} 1.0' in metrics
+
+
+async def test_an_endless_health_answer_is_counted() -> None:
+    """/health is an answer read whole too (the module's docstring): past the limit the probe
+    fails, and proxy_answers_too_large_total counts it as it counts the others."""
+    async def handle(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        return FakeReply(200, events=[JUNK] * (4 * LIMIT // len(JUNK)))
+
+    up = Upstream(FakeTransport(handle), Balancer((URL,), backoff=60), Metrics(), LIMIT)
+    async with asyncio.timeout(10):
+        assert await up.probe(up.balancer.backends[0]) is False
+    assert f'proxy_answers_too_large_total{{upstream="{URL}"}} 1.0' in up.metrics.render().decode()
