@@ -307,3 +307,28 @@ async def test_many_twins_on_another_replica_make_no_upstream_call(redis: Redis)
     finally:
         await one.aclose()
         await two.aclose()
+
+
+async def test_a_stream_is_not_held_back_by_its_own_replicas_stream_leader(redis: Redis) -> None:
+    """A stream leader S1 that began beside a JSON leader (its flight `twins:stream`) still
+    streams when the JSON one ends; a stream twin S2 on the same replica then must not wait,
+    as for another replica's, for S1's whole answer (up to the flight wait, 120 s): it
+    follows S1 live, as twins on one replica do."""
+    one = await replica(redis, CollectorRegistry())
+    try:
+        json_lead = await one.lookup(chat(Q))
+        stream_lead = await one.lookup(chat(Q, stream=True))
+        assert json_lead.ticket is not None and stream_lead.ticket is not None
+        # S1's relay has passed its first event on (forwarding.py shares its accumulation)
+        live = one.share(stream_lead.ticket, [b'{"choices": []}'])
+        await one.store(json_lead.ticket, completion("git reset --soft HEAD~1"))
+        twin = asyncio.create_task(one.lookup(chat(Q, stream=True)))
+        held_back = await still_waiting(twin)
+        await one.abandon(stream_lead.ticket)
+        got = await asyncio.wait_for(twin, 5)
+        if got.ticket is not None:
+            await one.abandon(got.ticket)
+        assert not held_back
+        assert live is not None and got.live is live  # followed live, as on one replica
+    finally:
+        await one.aclose()

@@ -102,8 +102,11 @@ class SemanticCache:
                 # a JSON leader's answer does not answer a stream (entry.py: answered): a
                 # stream twin of one follows, or leads, the streams' own flight instead of
                 # waiting for an answer that is then its miss (found by a review)
-                flight = twins + ":stream" if streams and twins in self._flights.unstreamed \
-                    else twins
+                # (and a stream that began beside a JSON leader stays there after that one
+                # ended: its twins follow it, not wait for it as for another replica's claim)
+                flight = twins + ":stream" if streams and (
+                    twins in self._flights.unstreamed
+                    or twins + ":stream" in self._flights.waiting) else twins
                 waiting = self._flights.waiting.get(flight)
                 if waiting is None:
                     # lead: registered before the search, so that twins arriving while it
