@@ -58,7 +58,8 @@ def upstream_error(status: int, content: bytes, data: Any) -> dict[str, Any]:
     Before, any JSON with an `error` object was relayed as is (`{"error": {"message": "x"}}`,
     no type), and `{"detail": ...}` became a message holding the whole body."""
     error = data.get("error") if isinstance(data, dict) else None
-    given = error if isinstance(error, dict) else {}
+    flat = isinstance(data, dict) and data.get("object") == "error"  # older vLLMs' ErrorResponse
+    given = error if isinstance(error, dict) else data if flat else {}
     message = _message(data, error)
     if message is None:
         message = content.decode("utf-8", "replace")

@@ -199,8 +199,8 @@ class Upstream:
     async def _status_error(self, stream: UpstreamStream) -> UpstreamHTTPError:
         try:
             content = await self._body(stream)
-        except UpstreamError:
-            content = b""
+        except UpstreamError as exc:  # too large, or cut: the status, and why it has no body
+            content = str(exc).encode()
         finally:
             await stream.aclose()
         if stream.status >= 500:

@@ -152,7 +152,10 @@ def test_error_bodies_are_openai_shaped():
     (400, {"error": {"message": "m", "type": 5, "param": ["x"], "code": True}},
      ("m", "Bad Request", None, 400)),
     (500, {"error": {"code": 7}}, ('{"error": {"code": 7}}', "Internal Server Error", None, 7)),
-    (599, [1], ("[1]", "upstream_error", None, 599))])
+    (599, [1], ("[1]", "upstream_error", None, 599)),
+    # the flat shape older vLLMs sent (ErrorResponse without the `error` wrapper) keeps its fields
+    (400, {"object": "error", "message": "m", "type": "BadRequestError", "param": "n", "code": 400},
+     ("m", "BadRequestError", "n", 400))])
 def test_a_foreign_upstream_error_is_translated_to_openais_shape(
         status: int, sent: Any, want: tuple[Any, ...]) -> None:
     # an upstream that is not vLLM (a gateway, another server) or FastAPI's own `{"detail"}`:
