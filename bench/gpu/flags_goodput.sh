@@ -20,12 +20,7 @@ export PYTHONPATH=/root/vllm-site:/root/pw:$PWD PYTHONUNBUFFERED=1
 R=${1:-/root/res-flags}
 shift || true
 mkdir -p "$R"
-if [ ! -d /root/wide8 ]; then
-  python3 -m deploy train-model /root/model --steps 2400 --max-minutes 4.5 --corpus-mb 120 \
-    --seed 0 --copy-frac 0.25 > "$R/train.log" 2>&1
-  cp /root/model/train_report.json "$R/"
-  python3 -m deploy pad-model /root/model /root/wide8 --width 8 > "$R/pad8.json"
-fi
+. bench/gpu/study_model.sh "$R"
 python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 2000 \
   --only code_edit,long_context,shared_prefix --groups 16 > "$R/workloads.log" 2>&1
 touch "$R/trained"

@@ -17,11 +17,8 @@ shift || true
 mkdir -p "$R"
 LD_LIBRARY_PATH=$PWD/.gpuredis/lib .gpuredis/redis-server --port 6379 --save '' \
   --appendonly no --daemonize yes --logfile "$R/redis.log"
-if [ ! -d /root/wide8 ]; then
-  python3 -m deploy train-model /root/model --steps 2400 --max-minutes 4.5 --corpus-mb 120 \
-    --seed 0 --copy-frac 0.25 > "$R/train.log" 2>&1
-  cp /root/model/train_report.json "$R/"
-  python3 -m deploy pad-model /root/model /root/wide8 --width 8 > "$R/pad8.json"
+. bench/gpu/study_model.sh "$R"
+if [ ! -d /root/wl ]; then
   python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 2000 \
     --only code_edit > "$R/workloads.log" 2>&1
 fi
