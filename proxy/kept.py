@@ -30,6 +30,8 @@ class Kept(Generic[T]):
             return held[0]
         if self._asking is None:
             self._asking = asyncio.create_task(self._call())
+            # a failure every caller left before is read here, not reported as never retrieved
+            self._asking.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(self._asking)  # a caller that leaves does not cancel it
 
     async def _call(self) -> T:

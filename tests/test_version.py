@@ -4,6 +4,7 @@ built by the app's lifespan."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -12,6 +13,7 @@ from proxy.settings import Settings
 from proxy.version import VERSION_KEPT, VersionCache
 from tests.support.fake_upstream import FakeVllm
 from tests.support.proxy_app import proxy_client
+from tests.support.waiting import wait_for_async
 
 
 class Asked:
@@ -107,3 +109,34 @@ async def test_an_answer_nobody_stayed_for_is_kept_from_when_it_came() -> None:
     await asked.answered.wait()
     now[0] += VERSION_KEPT + 1
     assert await kept.get() == b'{"version":"2"}' and asked.calls == 2
+
+
+async def test_a_failure_nobody_stayed_for_is_not_logged_as_unretrieved() -> None:
+    # every caller left, then the call failed: asyncio reported "Task exception was never
+    # retrieved" when the task was collected (log noise for an expected upstream failure)
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        await _leave_then_fail()  # its cache and task are garbage once it returns
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    assert not [c for c in reported if "never retrieved" in str(c.get("message"))]
+
+
+async def _leave_then_fail() -> None:
+    asked = Asked(hold=True)
+    asked.fail = True
+    kept = VersionCache(asked)
+    leaving = asyncio.create_task(kept.get())
+    await asked.started.wait()
+    leaving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    asked.go.set()
+
+    async def ended() -> bool:  # the call clears itself when it ends
+        return kept._asking is None
+
+    await wait_for_async(ended, "the failed call ended", deadline=5.0, every=0.001)
