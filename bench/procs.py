@@ -82,11 +82,21 @@ def bare(upstream: str, cores: str | None) -> Proc:
                          str(port)], f"http://127.0.0.1:{port}", cores)
 
 
+def tiny_model(path: Path | None = None) -> Path:
+    """The tiny model the CPU benches serve and tokenize with, made on first use: on a fresh
+    clone a bench started before any test had made it, and the proxy failed to start."""
+    model = path or REPO / ".models" / "tiny"
+    if not (model / "config.json").exists():
+        subprocess.run([PY, "-m", "deploy", "tiny-model", str(model)], check=True, cwd=REPO,
+                       stdout=subprocess.DEVNULL)
+    return model
+
+
 def ours(upstream: str, cores: str | None, env: dict[str, str] | None = None,
          workers: int = 1, name: str = "ours", ready_path: str = "/v1/models") -> Proc:
     port = free_port()
     base = {"PROXY_UPSTREAM": upstream, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
-            "PROXY_TOKENIZER": str(REPO / ".models" / "tiny"), "PROXY_LOG_LEVEL": "info",
+            "PROXY_TOKENIZER": str(tiny_model()), "PROXY_LOG_LEVEL": "info",
             "PROXY_MAX_INFLIGHT": "1024", "PROXY_MAX_WAITING": "1024",
             "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     base.update(env or {})

@@ -55,7 +55,7 @@ def main() -> None:
     with procs.mock(phase["ttft_ms"], phase["itl_ms"], "1") as m:
         port = free_port()
         base = {"PROXY_UPSTREAM": m.url, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
-                "PROXY_TOKENIZER": str(procs.REPO / ".models" / "tiny"),
+                "PROXY_TOKENIZER": str(procs.tiny_model()),
                 "PROXY_MAX_INFLIGHT": "1024", "HF_HUB_OFFLINE": "1", **env}
         spy = str(Path(procs.PY).parent / "py-spy")
         proc = procs.Proc("profiled", [procs.PY, "-m", "proxy", "serve"],

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import PY, REPO, Proc, ours
+from bench.procs import PY, Proc, ours, tiny_model
 from deploy.net import free_port
 
 POLICIES = ("least-loaded", "prefix", "session", "kv-events")
@@ -96,7 +96,7 @@ def vllm_replica(name: str, kv_port: int) -> Proc:
     events = ('kv-events-config={"enable_kv_cache_events":true,"publisher":"zmq",'
               f'"endpoint":"tcp://*:{kv_port}"}}')
     return Proc(name, [PY, "-m", "deploy", "backend", "--profile", "cpu-tiny", "--port",
-                       str(port), "--model", str(REPO / ".models" / "tiny"), "--set", events],
+                       str(port), "--model", str(tiny_model()), "--set", events],
                 f"http://127.0.0.1:{port}", ready_path="/health", timeout=900)
 
 

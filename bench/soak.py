@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.procs import PY, spawn, stop_group
+from bench.procs import PY, spawn, stop_group, tiny_model
 from deploy.net import free_port, wait_http
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         proxy_url = f"http://127.0.0.1:{pport}"
         env = {"PROXY_UPSTREAM": upstream, "PROXY_PORT": str(pport), "PROXY_CACHE": a.cache,
                "PROXY_CACHE_MAX_ENTRIES": str(a.cache_max_entries), "PROXY_ADMIN_KEY": ADMIN,
-               "PROXY_TOKENIZER": str(REPO / ".models" / "tiny"), "PROXY_LOG_LEVEL": "warning",
+               "PROXY_TOKENIZER": str(tiny_model()), "PROXY_LOG_LEVEL": "warning",
                "PROXY_MAX_INFLIGHT": str(max(8, a.concurrency)),
                "PROXY_MAX_WAITING": str(max(8, a.concurrency))}
         proxy = spawn([PY, "-m", "proxy", "serve"], work / "proxy.log", env)

@@ -103,7 +103,7 @@ def serve(client: str) -> None:
 def proxy(client: str, upstream: str) -> procs.Proc:
     port = free_port()
     env = {"PROXY_UPSTREAM": upstream, "PROXY_PORT": str(port), "PROXY_CACHE": "off",
-           "PROXY_TOKENIZER": str(procs.REPO / ".models" / "tiny"), "PROXY_LOG_LEVEL": "warning",
+           "PROXY_TOKENIZER": str(procs.tiny_model()), "PROXY_LOG_LEVEL": "warning",
            "PROXY_MAX_INFLIGHT": "1024", "PROXY_MAX_WAITING": "1024",
            "TOKENIZERS_PARALLELISM": "false"}
     return procs.Proc(f"ab-{client}", [procs.PY, "-m", "bench.upstream_ab", "serve", client],
