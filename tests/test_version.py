@@ -71,14 +71,19 @@ async def test_a_failure_is_shared_by_the_callers_meanwhile_and_not_kept() -> No
     assert await kept.get() == b'{"version":"2"}'
 
 
-async def test_a_caller_that_leaves_does_not_cancel_the_call() -> None:
-    asked = Asked(hold=True)
-    kept = VersionCache(asked)
+async def _caller_leaves(kept: VersionCache, asked: Asked) -> None:
+    """A caller asks, the call starts, the caller is cancelled before the call ends."""
     leaving = asyncio.create_task(kept.get())
     await asked.started.wait()
     leaving.cancel()
     with pytest.raises(asyncio.CancelledError):
         await leaving
+
+
+async def test_a_caller_that_leaves_does_not_cancel_the_call() -> None:
+    asked = Asked(hold=True)
+    kept = VersionCache(asked)
+    await _caller_leaves(kept, asked)
     staying = asyncio.create_task(kept.get())
     asked.go.set()
     assert await staying == b'{"version":"1"}' and asked.calls == 1
@@ -100,12 +105,8 @@ async def test_an_answer_nobody_stayed_for_is_kept_from_when_it_came() -> None:
     now = [100.0]
     asked = Asked(hold=True)
     kept = VersionCache(asked, clock=lambda: now[0])
-    leaving = asyncio.create_task(kept.get())
-    await asked.started.wait()
-    leaving.cancel()
+    await _caller_leaves(kept, asked)
     asked.go.set()
-    with pytest.raises(asyncio.CancelledError):
-        await leaving
     await asked.answered.wait()
     now[0] += VERSION_KEPT + 1
     assert await kept.get() == b'{"version":"2"}' and asked.calls == 2
@@ -129,11 +130,7 @@ async def _leave_then_fail() -> None:
     asked = Asked(hold=True)
     asked.fail = True
     kept = VersionCache(asked)
-    leaving = asyncio.create_task(kept.get())
-    await asked.started.wait()
-    leaving.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await leaving
+    await _caller_leaves(kept, asked)
     asked.go.set()
 
     async def ended() -> bool:  # the call clears itself when it ends
