@@ -14,17 +14,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.procs import tiny_model
 from deploy.net import free_port, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def ensure_tiny_model() -> Path:
-    model = REPO / ".models" / "tiny"
-    if not (model / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "deploy", "tiny-model", str(model)], check=True,
-                       cwd=REPO)
-    return model
+    return tiny_model()  # one maker for the benches and the tests (.models/tiny, made once)
 
 
 @dataclass
