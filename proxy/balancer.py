@@ -7,7 +7,7 @@ Health is passive: a connect error marks an upstream down for a back-off; the ne
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from proxy.routing.backend import Backend
 from proxy.routing.least_loaded import LeastLoaded
@@ -22,7 +22,7 @@ class Balancer:
         self.clock = clock
         self.policy: Policy = policy or LeastLoaded(clock)
 
-    def choose(self, key: object = None, exclude: tuple[Backend, ...] = ()) -> Choice | None:
+    def choose(self, key: object = None, exclude: Collection[Backend] = ()) -> Choice | None:
         """The policy's pick among the healthy ones; if none is healthy, the one whose back-off
         ends first (so a recovered upstream is found without waiting); None if all excluded."""
         now = self.clock()

@@ -7,8 +7,9 @@ admission slot, the balancer; errors are OpenAI-shaped, a bug a logged 500.
 
 A stored response, `GET /v1/responses/{id}` (its query as sent: `stream`, `starting_after`)
 and `POST /v1/responses/{id}/cancel`, has no body: the API key, the key's limits and an
-admission slot; vLLM keeps it in one replica's memory, so the replicas are asked in turn until
-one knows the id (the others' 404 have no effect), and only the last 404 is the client's."""
+admission slot; vLLM keeps it in one replica's memory, so the replicas are asked in turn, each
+once at most, until one knows the id (the others' 404 have no effect); a 404 is the client's
+when no replica that could be reached knows it (one refusing connections is not the answer)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ from starlette.responses import Response
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.deps import Deps, event_buffer
-from proxy.errors import UpstreamHTTPError, VllmTypeError
+from proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamUnavailable, VllmTypeError
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
 from proxy.routing.backend import Backend
 from proxy.sending import JsonAnswer, RelayResponse
 from proxy.trace import Trace, answered, name_upstream
-from proxy.upstream import UpstreamStream
+from proxy.upstream import DOWN_STATUSES, UpstreamStream
 
 if TYPE_CHECKING:
     from proxy.limits import KeyLimits
@@ -42,6 +43,13 @@ PATHS = ("/tokenize", "/detokenize", RESPONSES)
 STORED = "/v1/responses/{response_id}"  # the routes' names, in metrics and the access log
 CANCEL = "/v1/responses/{response_id}/cancel"
 _TRUE = frozenset({"1", "true", "on", "yes", "t", "y"})  # a bool query value, as vLLM reads it
+
+
+def _unreached(exc: UpstreamError) -> bool:
+    """The request reached no engine that could answer it: every replica left refused the
+    connection or answered with a gateway status (open() fails over on both)."""
+    return isinstance(exc, UpstreamUnavailable) or (
+        isinstance(exc, UpstreamHTTPError) and exc.status in DOWN_STATUSES)
 
 
 class Passthrough:
@@ -118,19 +126,30 @@ class Passthrough:
 
     async def _reach(self, method: str, path: str, content: bytes | None,
                      trace: Trace) -> UpstreamStream:
-        """The upstream answer; for a stored response, from the replica that holds it."""
-        up = self.d.upstream
-        avoid: tuple[Backend, ...] = ()
+        """The upstream answer; for a stored response, from the replica that holds it: the
+        replicas are asked in turn, each once at most (one list of those asked, shared by
+        every open(): before, one marked down during the search was offered again by the
+        balancer, as the one whose back-off ends first, and asked twice), until one answers
+        other than 404. That 404 is the client's answer too when the other replicas could not
+        be reached (refused, or a gateway status), as vLLM alone would answer: before, a
+        replica refusing connections beside one that answered 404 got the client a 503."""
+        up, headers = self.d.upstream, upstream_headers(trace.rid)
+        if not path.startswith(RESPONSES + "/"):
+            return await up.open(method, path, content, headers)
+        asked: list[Backend] = []
+        missing: UpstreamHTTPError | None = None  # a replica's 404: it does not hold the id
         while True:
             try:
-                return await up.open(method, path, content, upstream_headers(trace.rid),
-                                     avoid=avoid)
-            except UpstreamHTTPError as exc:
-                asked = [b for b in up.balancer.backends if b.url == exc.upstream]
-                avoid += tuple(asked)
-                if exc.status != 404 or not path.startswith(RESPONSES + "/") or not asked \
-                        or len(avoid) >= len(up.balancer.backends):
+                return await up.open(method, path, content, headers, asked=asked)
+            except UpstreamError as exc:
+                if isinstance(exc, UpstreamHTTPError) and exc.status == 404:
+                    missing = exc
+                elif missing is not None and _unreached(exc):
+                    raise missing from None
+                else:
                     raise
+            if len(asked) >= len(up.balancer.backends):
+                raise missing
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         """The body as vLLM reads it (its errors for bad JSON), nested no deeper than allowed,

@@ -32,7 +32,8 @@ from proxy.routing.protocol import Choice, RouteRequest
 from proxy.settings import ANSWER_BYTES, Settings
 from proxy.transport import AiohttpTransport, Limits, Reply, Transport
 
-_DOWN = (502, 503, 504)  # a gateway or an engine that is not there: the replica, not the request
+# a gateway or an engine that is not there: the replica, not the request
+DOWN_STATUSES = (502, 503, 504)
 
 
 def limits(settings: Settings) -> Limits:
@@ -116,18 +117,19 @@ class Upstream:
     async def open(self, method: str, path: str, content: bytes | None = None,
                    headers: Mapping[str, str] | None = None,
                    route: RouteRequest | None = None, wait: float | None = None,
-                   avoid: tuple[Backend, ...] = ()) -> UpstreamStream:
+                   asked: list[Backend] | None = None) -> UpstreamStream:
         """Send where the routing policy says; on a connect error try the next one. Error
         statuses from vLLM raise UpstreamHTTPError with vLLM's own body. `wait` bounds a
         metadata call (METADATA_WAIT): past it the replica is marked down and the next tried.
-        `avoid`: replicas not to send it to (already asked)."""
+        `asked`: replicas already asked, not sent it again; each one this call tries is added
+        to it (a search across the replicas passes the same list to each of its calls)."""
         key = await self.balancer.policy.key(route) if route is not None else None
-        tried = avoid
+        tried = [] if asked is None else asked
         last: UpstreamError = UpstreamUnavailable("no upstream is configured")
         retried = False  # sent on once after a replica died holding it
         while (choice := self.balancer.choose(key, tried)) is not None:
             backend = choice.backend
-            tried += (backend,)
+            tried.append(backend)
             backend.inflight += 1
             try:
                 reply = await self.transport.request(method, backend.url + path, content,
@@ -168,7 +170,7 @@ class Upstream:
                 backend.lost += 1
             failed = await self._status_error(stream)
             failed.upstream = backend.url
-            if reply.status in _DOWN:
+            if reply.status in DOWN_STATUSES:
                 # a gateway error: the replica rests (it answers fast, so least-loaded would
                 # keep choosing it: found by a review, 55 of 60 requests failed); this
                 # request, which it never ran, goes to the next one

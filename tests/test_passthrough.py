@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.support.fake_upstream import FakeVllm
+from tests.support.fake_upstream import FakeReply, FakeTransport, FakeVllm
 from tests.support.proxy_app import proxy_client
 
 ROUTES = ["/tokenize", "/detokenize", "/v1/responses"]
@@ -232,6 +233,59 @@ async def test_a_stored_response_is_found_on_the_replica_that_holds_it() -> None
     assert cancel.status_code == 400  # B's answer (it holds it), not A's 404
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "response_id"
     assert [r.url.split("/v1")[0] for r in fake.requests[asked:]] in ([a, b], [b, a])
+
+
+class Counted(FakeTransport):
+    """The fake's transport, noting each stored-response request it is asked to send (a
+    refused connect included, which the fake itself never sees)."""
+
+    def __init__(self, fake: FakeVllm) -> None:
+        super().__init__(fake.handle)
+        self.asked: list[str] = []
+
+    async def request(self, method: str, url: str, content: bytes | None,
+                      headers: Mapping[str, str], wait: float | None = None) -> FakeReply:
+        if "/v1/responses/" in url:
+            self.asked.append(url.split("/v1/")[0])
+        return await super().request(method, url, content, headers, wait)
+
+
+NOT_FOUND = {"error": {"message": "Response with id 'resp_x' not found.",
+                       "type": "invalid_request_error", "param": "response_id", "code": 404}}
+
+
+@pytest.mark.parametrize("down", [0, 1])
+async def test_an_id_no_reachable_replica_holds_is_404_when_one_is_unreachable(
+        down: int) -> None:
+    # vLLM alone answers 404 for an id it does not hold; with one replica refusing
+    # connections and the other answering that 404, the client got a 503 (the refusal)
+    urls = ("http://a:8000", "http://b:8000")
+    fake = FakeVllm(connect_error={urls[down]})
+    s = settings(upstreams=urls, upstream_header=True)
+    async with proxy_client(s, transport=fake.transport) as c:
+        got = [await c.get(path) for path in ("/v1/responses/resp_x",
+                                              "/v1/responses/resp_x?stream=true")
+               for _ in range(2)]  # the balancer's pick first, then the other
+        cancel = await c.post("/v1/responses/resp_x/cancel")
+    for r in [*got, cancel]:
+        assert (r.status_code, r.json()) == (404, NOT_FOUND), r.text
+        assert r.headers["X-Upstream"] == urls[1 - down]  # the replica that answered
+
+
+@pytest.mark.parametrize("refusing", [0, 1, 2])
+async def test_a_replica_that_fails_in_a_search_is_asked_only_once(refusing: int) -> None:
+    # three replicas, none holding the id; one starts refusing connections once the proxy
+    # is up (so it is healthy when the search begins): marked down when first asked, it
+    # was chosen again later in the same search (the replica whose back-off ends first)
+    urls = ("http://a:8000", "http://b:8000", "http://c:8000")
+    fake = FakeVllm()
+    counted = Counted(fake)
+    async with proxy_client(settings(upstreams=urls, routing="least-loaded"),
+                            transport=counted) as c:
+        fake.connect_error.add(urls[refusing])
+        missing = await c.get("/v1/responses/resp_x")
+    assert sorted(counted.asked) == list(urls)  # each asked once
+    assert (missing.status_code, missing.json()) == (404, NOT_FOUND), missing.text
 
 
 async def test_ping_is_the_proxys_health_as_vllms_is_its_own() -> None:
