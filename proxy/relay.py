@@ -119,6 +119,7 @@ async def relay_stream(stream: UpstreamStream, outcome: StreamOutcome, acc: Accu
                 if _ends(chunk):  # the end: an upstream that keeps the connection open
                     buffer.clear()  # after [DONE] must not hold the client until read timeout
                     break
+            buffer.check()  # an event past the limit after those: the stream is cut here
         if not _ends(last) and buffer.rest().strip() != DONE.strip():
             # a clean end without [DONE]: the upstream cut the answer (found by a review:
             # such streams reached clients as complete, status 200)

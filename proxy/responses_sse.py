@@ -77,6 +77,7 @@ async def relay_events(stream: UpstreamStream, outcome: ResponsesOutcome,
             if ended:
                 outcome.finished = outcome.error is None
                 return
+            buffer.check()  # an event past the limit after those: the stream is cut here
         raise BadGateway(f"the upstream {stream.backend.url} ended the stream before its "
                          f"last event (response.completed): the answer is incomplete")
     except ProxyError as err:  # headers are sent: tell the client in the stream, then stop
