@@ -11,6 +11,8 @@ import math
 import statistics
 from typing import Any
 
+from loadtest import selfcheck
+
 HEADLINE = ("request_throughput", "request_goodput", "output_throughput",
             "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
             "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
@@ -68,7 +70,8 @@ def significant(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The first run's result, its headline metrics replaced by the means over all runs and its
     counts (requests, failures, tokens, seconds) by the sums, with the intervals under
-    "repeats" and each run's own headline numbers under "runs"."""
+    "repeats" and each run's own headline numbers under "runs"; the client self-check the
+    worst of every run's (`selfcheck.worst`)."""
     reps = summarize(runs)
     out = {**runs[0], **{k: v["mean"] for k, v in reps.items()}}
     for k in TOTALS:
@@ -83,8 +86,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["error_counts"] = dict(sorted(errors.items(), key=lambda kv: -kv[1]))
     out["repeats"] = reps
     out["runs"] = [{k: r.get(k) for k in HEADLINE} for r in runs]
-    out["selfcheck"] = {**runs[0]["selfcheck"], "warnings": sorted(
-        {w for r in runs for w in r["selfcheck"]["warnings"]})}
+    out["selfcheck"] = selfcheck.worst([r["selfcheck"] for r in runs])
     return out
 
 

@@ -119,7 +119,9 @@ def selfcheck_rows(res: dict[str, Any]) -> list[str]:
     s = res.get("selfcheck")
     if not s:
         return []
-    rows = [section("Client self-check"), row("Send lag P99 (ms):", s["send_lag_p99_ms"]),
+    # under --repeats each figure is the worst of any run's (selfcheck.worst): the title says so
+    title = f"Client self-check ({s['over']})" if s.get("over") else "Client self-check"
+    rows = [section(title), row("Send lag P99 (ms):", s["send_lag_p99_ms"]),
             row("Event-loop lag P99 (ms):", s["loop_lag_p99_ms"]),
             row("Event-loop lag max (ms):", s["loop_lag_max_ms"]),
             row("Event-loop stalls:", s.get("loop_stalls", 0))]

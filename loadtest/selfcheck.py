@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,3 +97,21 @@ class SelfCheck:
             w.append(f"client process used {d['client_cpu_util']:.0%} of one CPU: "
                      "it is probably the bottleneck")
         return w
+
+
+def worst(checks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """--repeats: every run's self-check (`SelfCheck.summary`) as one. Each figure is the worst
+    (the highest: lags, stalls, CPU, processes) of any run's, which may be different runs'
+    (the send lag of one, the CPU of another); "over" says so, each run's own figures are kept
+    under "runs", and each warning names its run. Until 2026-11-28 the merged result carried
+    the first run's figures alone, so a client that limited run 2 read as idle beside run 2's
+    warning."""
+    keys = dict.fromkeys(k for c in checks for k in c if k != "warnings")
+    out: dict[str, Any] = {
+        k: max(c[k] for c in checks) for k in keys
+        if all(isinstance(c.get(k), int | float) for c in checks)}
+    out["warnings"] = [f"run {i}: {w}" for i, c in enumerate(checks, 1)
+                       for w in c.get("warnings", [])]
+    out["over"] = f"worst of {len(checks)} runs"
+    out["runs"] = list(checks)
+    return out

@@ -151,3 +151,40 @@ def test_repeats_pool_the_server_counters_and_each_runs_client_processes(monkeyp
     assert f"{'Server requests finished:':<40} 100" in text
     assert f"{'Client processes, run 1:':<40} 1" in text
     assert f"{'Client processes, run 3:':<40} 2" in text
+
+
+def test_repeats_self_check_is_the_worst_of_every_run_and_says_so(monkeypatch) -> None:
+    """Three runs, the second one's client near a full core with a 150 ms event-loop stall:
+    the merged self-check (printed, saved) reported run 1's figures (its CPU 20 %, no stall)
+    beside run 2's warnings. Now each figure is the worst of any run's, "over" and the block's
+    heading say so, and every run's own self-check is kept under "runs"."""
+    from loadtest.report import block
+    from loadtest.selfcheck import SelfCheck
+
+    a, once = runs_of([0.0, 0.0, 0.0], [0.2, 0.2, 0.2])
+    checks = [SelfCheck(send_lags=[0.001], loop_lags=[0.002], cpu_s=2.0, wall_s=10.0),
+              SelfCheck(send_lags=[0.003], loop_lags=[0.001, 0.150], cpu_s=9.5, wall_s=10.0),
+              SelfCheck(send_lags=[0.020], loop_lags=[0.004], cpu_s=3.0, wall_s=10.0)]
+
+    async def checked(p: argparse.Namespace, target: str, tok: object
+                      ) -> tuple[RunOutput, dict[str, Any]]:
+        out, _ = await once(p, target, tok)
+        out.selfcheck = checks[p.seed - a.seed]
+        return out, session.result_dict(p, target, "mock", session.plan(p), out)
+
+    monkeypatch.setattr(session, "measure_once", checked)
+    _, res = asyncio.run(session.measure(a, "http://x", None))
+    s = res["selfcheck"]
+    each = [c.summary() for c in checks]
+    assert s["client_cpu_util"] == pytest.approx(0.95)  # run 2's, not run 1's 0.20
+    assert s["loop_lag_max_ms"] == pytest.approx(150.0) and s["loop_stalls"] == 1
+    assert s["send_lag_p99_ms"] == pytest.approx(20.0)  # run 3's
+    assert s["over"] == "worst of 3 runs"
+    assert [r["client_cpu_util"] for r in s["runs"]] == [e["client_cpu_util"] for e in each]
+    assert any(w.startswith("run 2: ") and "stall" in w for w in s["warnings"])
+    assert any(w.startswith("run 3: ") and "lag the schedule" in w for w in s["warnings"])
+    assert not any(w.startswith("run 1: ") for w in s["warnings"])
+    text = block(res, [], [99])
+    assert "Client self-check (worst of 3 runs)" in text
+    assert f"{'Client CPU use (%):':<40} 95.00" in text
+    assert f"{'Event-loop stalls:':<40} 1" in text
