@@ -235,14 +235,16 @@ def report(a: argparse.Namespace) -> str:
 
 def plot(a: argparse.Namespace, path: Path) -> Path:
     """TTFT p99 from arrival (for older points its upper bound) against the offered rate, every
-    sweep point, one line per sweep."""
+    sweep point that answered, one line per sweep: one without answers (no arrival in its
+    window, or every request failed) measured no TTFT, and until 2026-11-28 was drawn at 0."""
     from loadtest.plots import pyplot, save
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for folder in sorted(a.results.glob("r*-*/")):
         m = FOLDER.fullmatch(folder.name)
-        points = [json.loads(f.read_text()) for f in folder.glob("point-*.json")]
+        points = [res for res in (json.loads(f.read_text()) for f in folder.glob("point-*.json"))
+                  if res.get("completed")]
         if not m or not points:
             continue
         # by offered rate: past saturation the achieved rate falls back and a line by it zigzags

@@ -21,7 +21,8 @@ missed the SLO, the goodput is only a lower bound, and is reported so ("goodput_
 A point whose window drew no arrival (a low rate's Poisson draw can) has no data: "no_data"
 true, neither saturated nor behind, its SLO verdict and latencies None; it is no knee, bounds
 no goodput, and a bisection stops at one (until 2026-11-28 its 0 answers read as behind).
-Every point's result is written as JSON; a PNG shows throughput and latency against load.
+Every point's result is written as JSON; a PNG shows throughput and latency against load (a
+no-data point as a dotted mark, in no line; a point without answers in no latency line).
 """
 
 from __future__ import annotations
@@ -391,8 +392,13 @@ def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
     plt = pyplot()
     pts = sorted(points, key=lambda p: p["offered_rate"])
     x = [p["offered_rate"] for p in pts]
+    # a point without data (no arrival in its window) measured nothing: no point of any line,
+    # a dotted mark instead; one without answers measured a throughput of 0 but no latency.
+    # Until 2026-11-28 both were drawn as measured zeros.
+    data = [p for p in pts if not p.get("no_data")]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    ax1.plot(x, [p["achieved_rate"] or 0 for p in pts], "o-", label="achieved")
+    ax1.plot([p["offered_rate"] for p in data], [p["achieved_rate"] for p in data], "o-",
+             label="achieved")
     if xlabel.startswith("offered"):
         ax1.plot(x, x, "--", color="grey", label="offered")
     ax1.set_xlabel(xlabel)
@@ -400,14 +406,18 @@ def _plot(points: list[dict[str, Any]], path: Path, knee: float | None,
     ax1.set_title("Throughput")
     for key, label in (("p99_ttft_ms", "TTFT p99"), ("mean_ttft_ms", "TTFT mean"),
                        ("p99_tpot_ms", "TPOT p99")):
-        ys = [p.get(key) for p in pts]
-        if any(v is not None for v in ys):
-            ax2.plot(x, [v or 0 for v in ys], "o-", label=label)
+        xy = [(p["offered_rate"], p[key]) for p in data
+              if p.get("completed") and p.get(key) is not None]
+        if xy:
+            ax2.plot([r for r, _ in xy], [v for _, v in xy], "o-", label=label)
     ax2.set_xlabel(xlabel)
     ax2.set_ylabel("ms")
     ax2.set_yscale("log")
     ax2.set_title("Latency")
     for ax in (ax1, ax2):
+        for i, p in enumerate(p for p in pts if p.get("no_data")):
+            ax.axvline(p["offered_rate"], color="grey", linestyle=":",
+                       label="no data" if i == 0 else "_nolegend_")
         if knee is not None:
             ax.axvline(knee, color="red", alpha=0.4, label=f"knee {knee:g}")
         if goodput is not None:

@@ -163,3 +163,26 @@ def test_points_are_judged_by_the_current_rule_even_when_measured_before_it():
     assert judged({**measured(40.0, True, queue_p99=950.0), "p99_arrival_ttft_ms": 990.0},
                   slo) is True
     assert judged({**measured(40.0, True), "failed": 1}, slo) is False
+
+
+def test_the_plot_leaves_points_without_answers_out_of_its_lines(tmp_path, monkeypatch):
+    """A sweep's lightest point drew no arrival (no data) and one point failed every request:
+    neither measured a TTFT, and before the plot drew both at 0 ms (the stats' zero of no
+    request) on the line; now they are left out of it."""
+    from bench.fullstack_gpu import plot
+    from loadtest import plots
+
+    folder = tmp_path / "r0.6-direct"
+    folder.mkdir()
+    empty = {"request_rate": 0.5, "completed": 0, "failed": 0, "scheduled_in_window": 0,
+             "windows": {"steady_s": 30.0, "ramp_s": 5.0}, "p99_ttft_ms": 0.0}
+    failed = {**measured(60.0, True), "completed": 0, "failed": 1800, "p99_ttft_ms": 0.0}
+    for i, res in enumerate([empty, measured(20.0, True), measured(40.0, False), failed]):
+        (folder / f"point-{i + 1:02d}-{res['request_rate']:g}.json").write_text(json.dumps(res))
+    figs = []
+    monkeypatch.setattr(plots, "save", lambda fig, path, plt: figs.append(fig) or str(path))
+    plot(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", title="t"),
+         tmp_path / "p.png")
+    (line,) = [ln for ln in figs[0].axes[0].get_lines() if "vLLM alone" in ln.get_label()]
+    assert list(zip(line.get_xdata(), line.get_ydata(), strict=True)) == [(20.0, 100.0),
+                                                                          (40.0, 5000.0)]

@@ -100,3 +100,46 @@ def test_a_point_without_answers_is_no_baseline() -> None:
               {"completed": 12, "mean_ttft_ms": 25.0}, {"completed": 30, "mean_ttft_ms": 90.0}]
     assert baseline_ttft(points) == 25.0
     assert baseline_ttft(points[:2]) is None
+
+
+def drawn(monkeypatch) -> list[Any]:
+    """The figures the sweep's plot saves (loadtest.plots.save replaced), kept open to read."""
+    from loadtest import plots
+
+    figs: list[Any] = []
+    monkeypatch.setattr(plots, "save", lambda fig, path, plt: figs.append(fig) or str(path))
+    return figs
+
+
+def lines_of(ax: Any) -> dict[str, list[tuple[float, float]]]:
+    return {line.get_label(): list(zip(line.get_xdata(), line.get_ydata(), strict=True))
+            for line in ax.get_lines()}
+
+
+def test_the_plot_leaves_points_without_data_or_answers_out_of_its_lines(tmp_path,
+                                                                         monkeypatch) -> None:
+    """0.2 req/s drew no arrival (NO DATA) and at 20 req/s every request failed (no answer,
+    no latency): before, the plot drew 0.2's achieved rate and latencies and 20's latencies as
+    measured zeros (`or 0`). Now the no-data rate is no point of any line (a dotted 'no data'
+    mark instead), and the failed rate is a measured 0 of throughput but no latency point."""
+    def measure(p: argparse.Namespace) -> dict[str, Any]:
+        res = modelled(p)
+        if p.request_rate < 1:
+            return empty_window(p)
+        if p.request_rate == 20:
+            return {**res, "completed": 0, "failed": res["completed"], "mean_ttft_ms": 0.0,
+                    "p99_ttft_ms": 0.0, "p99_tpot_ms": 0.0, "scheduled_in_window": 60}
+        return res
+
+    figs = drawn(monkeypatch)
+    sweep(args("--rates", "0.2,5,10,20", "--point-duration", "3", "--out", str(tmp_path)),
+          measure)
+    throughput, latency = figs[0].axes
+    got = lines_of(throughput)
+    assert [x for x, _ in got["achieved"]] == [5, 10, 20]
+    assert got["achieved"][-1] == (20, 0.0)  # answered nothing: a measured 0
+    for label in ("TTFT p99", "TTFT mean", "TPOT p99"):
+        points = lines_of(latency)[label]
+        assert [x for x, _ in points] == [5, 10] and all(y > 0 for _, y in points)
+    for ax in (throughput, latency):
+        assert {x for x, _ in lines_of(ax)["no data"]} == {0.2}
