@@ -39,7 +39,7 @@ from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
 from loadtest.schedule import offsets
 from loadtest.stats import due_in
-from loadtest.sweep import bracketed, left_unsent, parse_slo, slo_value
+from loadtest.sweep import bracketed, left_unsent, no_data, parse_slo, slo_value
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"
@@ -115,11 +115,9 @@ def arrival_bounds(res: dict[str, Any], key: str) -> tuple[float, float]:
     return max(ttft, queue), ttft + queue
 
 
-def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
-    """A point by the sweep's rule of 2026-11-28 (over 1 % of the window's arrivals unsent:
-    missed; TTFT from the scheduled arrival), also for points measured before it: their
-    scheduled arrivals are recounted from the seeded schedule, and TTFT from arrival is bounded
-    (`arrival_bounds`). None: the bounds straddle the SLO."""
+def recounted(res: dict[str, Any]) -> dict[str, Any]:
+    """A point with its window's scheduled arrivals (`scheduled_in_window`): for one measured
+    before the load tester counted them, recounted from its seeded schedule."""
     win = res.get("windows") or {}
     steady, ramp = float(win.get("steady_s") or 0), float(win.get("ramp_s") or 0)
     if res.get("scheduled_in_window") is None and steady and res.get("request_rate") not in (
@@ -127,6 +125,20 @@ def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
         res = {**res, "scheduled_in_window": due_in(offsets(
             float(res["request_rate"]), float(res.get("burstiness") or 1.0),
             int(res.get("seed") or 0), None), ramp, ramp + steady)}
+    return res
+
+
+def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
+    """A point by the sweep's rule of 2026-11-28 (over 1 % of the window's arrivals unsent:
+    missed; TTFT from the scheduled arrival), also for points measured before it: their
+    scheduled arrivals are recounted (`recounted`), and TTFT from arrival is bounded
+    (`arrival_bounds`). None: no verdict, where the bounds straddle the SLO or the window drew
+    no arrival (the sweep's `no_data`: nothing offered, neither met nor missed; until
+    2026-11-28 a miss here, as every point without a successful request was). A point that
+    had arrivals and answered none (failed, or never sent) still misses it."""
+    res = recounted(res)
+    if no_data(res):
+        return None
     if not res.get("completed") or res.get("failed") or left_unsent(res):
         return False
     verdict: bool | None = True
@@ -145,15 +157,17 @@ def judged(res: dict[str, Any], slo: dict[str, float]) -> bool | None:
 def rejudged(folder: Path, slo: dict[str, float]) -> dict[str, Any] | None:
     """A sweep's goodput by `judged`: the highest rate that met the SLO, bounded (the sweep's
     `bracketed`) when a higher rate missed it; `undecided` lists the rates whose verdict the old
-    points cannot give."""
-    points = [(float(res["request_rate"]), judged(res, slo)) for res in (
-        json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json")))]
+    points cannot give, `no_data` those whose window drew no arrival (neither bounds it)."""
+    found = [json.loads(f.read_text()) for f in sorted(folder.glob("point-*.json"))]
+    points = [(float(res["request_rate"]), judged(res, slo)) for res in found]
     if not points or not slo:
         return None
+    empty = {float(res["request_rate"]) for res in found if no_data(recounted(res))}
     best = max((r for r, ok in points if ok), default=None)
     decided = [{"offered_rate": r, "meets_slo": ok} for r, ok in points if ok is not None]
     return {"goodput_rate": best, "goodput_bounded": bracketed(decided, best),
-            "undecided": sorted(r for r, ok in points if ok is None)}
+            "undecided": sorted(r for r, ok in points if ok is None and r not in empty),
+            "no_data": sorted(empty)}
 
 
 def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
@@ -171,8 +185,8 @@ def sweeps(results: Path, slo: str = "") -> list[dict[str, Any]]:
         if (folder / "sweep.json").exists():
             s = json.loads((folder / "sweep.json").read_text())
             row = {k: s.get(k) for k in ("goodput_rate", "knee_rate", "saturation_rate")}
-            row["goodput_bounded"] = s.get("goodput_bounded", any(
-                not p["meets_slo"] for p in s.get("points", [])))
+            row["goodput_bounded"] = s.get("goodput_bounded", any(  # None: no data, no miss
+                p["meets_slo"] is False for p in s.get("points", [])))
             row.update(judged_row or {})
         elif judged_row is not None:
             row = {"knee_rate": None, "saturation_rate": None, **judged_row}
@@ -200,7 +214,8 @@ def report(a: argparse.Namespace) -> str:
     for r in rows:
         cache = r["cache"]
         hit = f"{cache['hit_share']:.2f}" if "hit_share" in cache else "–"
-        undecided = ", ".join(f"{x:g}" for x in r.get("undecided") or []) or "–"
+        undecided = ", ".join([f"{x:g}" for x in r.get("undecided") or []]
+                              + [f"{x:g} (no data)" for x in r.get("no_data") or []]) or "–"
         lines.append(f"| {r['ratio']} | {r['target']} | {r['profile']} | {goodput(r)} | "
                      f"{undecided} | {r['knee_rate']} | {r['saturation_rate']} | {hit} | "
                      f"{cache.get('wrong_cached_answers', '–')} |")

@@ -186,3 +186,41 @@ def test_the_plot_leaves_points_without_answers_out_of_its_lines(tmp_path, monke
     (line,) = [ln for ln in figs[0].axes[0].get_lines() if "vLLM alone" in ln.get_label()]
     assert list(zip(line.get_xdata(), line.get_ydata(), strict=True)) == [(20.0, 100.0),
                                                                           (40.0, 5000.0)]
+
+
+def test_a_point_without_data_is_neither_met_nor_missed():
+    """A point whose window drew no arrival answered nothing because nothing was offered: the
+    load tester's sweep calls it no data (`meets_slo` None). Before, `judged` called every point
+    without a successful request a miss; one that had arrivals and answered none still is."""
+    from bench.fullstack_gpu import judged
+    from loadtest import schedule
+    from loadtest.stats import due_in
+
+    slo = {"p99_ttft_ms": 1000.0}
+    empty = {"request_rate": 0.5, "completed": 0, "failed": 0, "scheduled_in_window": 0,
+             "windows": {"steady_s": 30.0, "ramp_s": 5.0}, "p99_ttft_ms": 0.0}
+    assert judged(empty, slo) is None
+    # measured before scheduled_in_window: recounted from its seeded schedule, none in the window
+    old = {**empty, "request_rate": 0.01, "seed": 0}
+    del old["scheduled_in_window"]
+    assert due_in(schedule.offsets(0.01, 1.0, 0, None), 5.0, 35.0) == 0
+    assert judged(old, slo) is None
+    # arrivals, and no answer: every one failed, or none was sent
+    assert judged({**measured(20.0, True), "completed": 0, "failed": 600}, slo) is False
+    assert judged({**measured(20.0, True), "completed": 0}, slo) is False
+
+
+def test_a_rate_without_data_bounds_no_goodput_in_the_report(tmp_path):
+    """A cut sweep whose last point's window drew no arrival: before, that point was a miss, so
+    the goodput below it read as exact (bracketed) and the ratio too; now it is a lower bound,
+    and the rate is listed as no data beside the undecided ones."""
+    cut = tmp_path / "r0.6-direct"
+    cut.mkdir()
+    empty = {"request_rate": 30.0, "completed": 0, "failed": 0, "scheduled_in_window": 0,
+             "windows": {"steady_s": 30.0, "ramp_s": 5.0}, "p99_ttft_ms": 0.0}
+    for i, res in enumerate([measured(10.0, True), measured(20.0, True), empty]):
+        (cut / f"point-{i + 1:02d}-{res['request_rate']:g}.json").write_text(json.dumps(res))
+    text = report(argparse.Namespace(results=tmp_path, slo="ttft_p99:1000", point_s=30.0))
+    assert "| 0.6 | direct | baseline (unfinished) | ≥ 20.0 | 30 (no data) |" in text
+    row = json.loads((tmp_path / "summary.json").read_text())["sweeps"][0]
+    assert row["no_data"] == [30.0] and row["undecided"] == []
