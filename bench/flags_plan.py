@@ -49,6 +49,13 @@ FLAGS = (
     # measured under load in sessions 17-19 (38.25 vs 47.8 req/s); not in the default set
     Flag("spec-ngram", "code_edit", "large", 22.78125, 34.171875, 38.0, 48.0, 250,
          "decode weight reads: the copying model drafts 3 tokens a step from the prompt"),
+    # a 7.6M draft (`train-model --draft-dir /root/draft`, STUDY_DRAFT=1 in study_model.sh)
+    # proposing 4 tokens to the padded 3.3 B target; priors are guesses, never measured
+    Flag("spec-draft", "code_edit", "large", 22.78125, 22.78125, 38.0, 38.0, 250,
+         "decode weight reads: a 7.6M draft proposes 4 tokens a step for the 3.3 B target"),
+    # the profile as written: fp8 KV, chunked prefill, prefix caching, n-gram 3 tokens
+    Flag("tuned", "code_edit", "large", 22.78125, 34.171875, 38.0, 48.0, 250,
+         "all flags at once on code edits: n-gram drafts; the others' bottlenecks barely bind"),
 )
 DEFAULT_FLAGS = "fp8-kv,prefix-caching,chunked-prefill"
 
