@@ -89,7 +89,7 @@ def serve(client: str) -> None:
 
     from proxy.app import create_app
     from proxy.logs import setup_logging
-    from proxy.settings import load_settings
+    from proxy.settings_env import load_settings
     from proxy.upstream import limits
 
     settings = load_settings()

@@ -12,7 +12,8 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] != "serve":
         print(USAGE, file=sys.stderr)
         return 2
-    from proxy.settings import SettingsError, cli_env, parse_cli, unknown_env
+    from proxy.settings import SettingsError
+    from proxy.settings_env import cli_env, parse_cli, unknown_env
 
     try:
         settings = parse_cli(argv[1:])

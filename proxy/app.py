@@ -55,7 +55,7 @@ def _part(total: int, workers: int) -> int:
 def app_from_env() -> Starlette:
     """The app of one worker process when PROXY_WORKERS > 1 (uvicorn's factory)."""
     from proxy.logs import setup_logging
-    from proxy.settings import load_settings
+    from proxy.settings_env import load_settings
 
     settings = load_settings()
     setup_logging(settings.log_level)

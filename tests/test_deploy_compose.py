@@ -76,7 +76,7 @@ def test_compose_vllm_runs_the_baseline_profile():
 
 
 def test_proxy_env_is_what_the_proxy_reads_and_points_at_the_services():
-    from proxy.settings import _SPEC
+    from proxy.settings_env import _SPEC
 
     env = compose()["services"]["proxy"]["environment"]
     assert set(env) <= {var for var, _, _ in _SPEC.values()}
@@ -87,7 +87,7 @@ def test_proxy_env_is_what_the_proxy_reads_and_points_at_the_services():
 
 def test_the_two_replica_overlay_routes_by_prefix_over_two_gpus():
     base, over = compose(), compose("compose.replicas.yaml")
-    from proxy.settings import _SPEC, load_settings
+    from proxy.settings_env import _SPEC, load_settings
 
     env = {**base["services"]["proxy"]["environment"], **over["services"]["proxy"]["environment"]}
     assert set(env) <= {var for var, _, _ in _SPEC.values()}

@@ -78,7 +78,7 @@ def test_vllm_is_a_gpu_deployment_with_the_baseline_profile():
 
 
 def test_the_two_replica_overlay_adds_a_prefix_caching_replica_and_routes_by_prefix():
-    from proxy.settings import load_settings
+    from proxy.settings_env import load_settings
 
     overlay = K8S / "two-replicas"
     kust = yaml.safe_load((overlay / "kustomization.yaml").read_text())

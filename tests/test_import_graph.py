@@ -58,3 +58,13 @@ def test_layering() -> None:
             assert not any(t.startswith(("loadtest", "deploy")) for t in targets), name
         if name.startswith("loadtest"):
             assert not any(t.startswith("proxy") for t in targets), name
+
+
+def test_settings_are_read_from_the_environment_at_the_entry_points_only() -> None:
+    """proxy.settings (the Settings object, its checks) is a leaf any module may import;
+    proxy.settings_env (PROXY_* variables, flags) is read by the entry points alone: the rest
+    of the proxy is handed a Settings."""
+    edges = graph()
+    assert edges["proxy.settings"] <= {"proxy.cache.config"}, edges["proxy.settings"]
+    readers = {name for name, targets in edges.items() if "proxy.settings_env" in targets}
+    assert readers <= {"proxy.__main__", "proxy.app", "proxy.cache.evaluate"}, readers

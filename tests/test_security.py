@@ -14,7 +14,8 @@ import pytest
 from proxy import receive
 from proxy.cache.config import CacheConfig
 from proxy.receive import KeyRing
-from proxy.settings import Settings, load_settings
+from proxy.settings import Settings
+from proxy.settings_env import load_settings
 from tests.support.fake_upstream import FakeVllm
 from tests.support.proxy_app import proxy_client
 

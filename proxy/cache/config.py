@@ -29,7 +29,7 @@ def model_dir(name: str | None) -> Path:
 # own entries, never another's (docs/cache.md). v1: the keys before they carried it.
 REDIS_FORMAT = "v2"
 EMBED_BACKENDS = ("onnx", "torch")
-# the cache's settings read from the environment alone (the rest are also in proxy.settings)
+# the cache's settings read from the environment alone (the rest are also in proxy.settings_env)
 ENV_ONLY = ("PROXY_CACHE_EMBED_BACKEND", "PROXY_CACHE_EMBED_MODEL", "PROXY_CACHE_EMBED_THREADS",
             "PROXY_CACHE_FLIGHT_MAX_BYTES", "PROXY_CACHE_JUDGE_MAX_PENDING",
             "PROXY_CACHE_JUDGE_THREADS", "PROXY_CACHE_REDIS_PREFIX", "PROXY_CACHE_SHARED",

@@ -185,9 +185,9 @@ _NO_SEMANTIC = {"exact": "the proxy has no semantic tier: only a question identi
 
 
 def settings(flags: dict[str, str | None] | None = None) -> CacheConfig:
-    """The cache's settings as the proxy reads them (proxy.settings: PROXY_* variables, then
+    """The cache's settings as the proxy reads them (proxy.settings_env: PROXY_* variables, then
     the proxy's own flags, `--cache-threshold` ...), with the proxy's checks; ValueError."""
-    from proxy.settings import load_settings
+    from proxy.settings_env import load_settings
 
     return CacheConfig.from_settings(load_settings(None, flags))
 
