@@ -1,4 +1,5 @@
-"""CI gate: labelled pairs through the real `python -m proxy.cache.evaluate` command."""
+"""CI gate: labelled pairs through the real `python -m proxy.cache.evaluate` command; the
+pairs file's reading and its errors (proxy/cache/pairs.py) are tested here too, through it."""
 
 from __future__ import annotations
 

@@ -68,3 +68,13 @@ def test_settings_are_read_from_the_environment_at_the_entry_points_only() -> No
     assert edges["proxy.settings"] <= {"proxy.cache.config"}, edges["proxy.settings"]
     readers = {name for name, targets in edges.items() if "proxy.settings_env" in targets}
     assert readers <= {"proxy.__main__", "proxy.app", "proxy.cache.evaluate"}, readers
+
+
+def test_the_evaluation_command_stays_out_of_the_served_proxy() -> None:
+    """proxy.cache.evaluate and the pairs file it reads (proxy.cache.pairs) are an offline
+    command: nothing else imports them, and the pairs reader imports nothing of the proxy."""
+    edges = graph()
+    users = {name for name, targets in edges.items()
+             if targets & {"proxy.cache.evaluate", "proxy.cache.pairs"}}
+    assert users <= {"proxy.cache.evaluate"}, users
+    assert edges["proxy.cache.pairs"] == set(), edges["proxy.cache.pairs"]
