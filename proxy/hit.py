@@ -36,7 +36,7 @@ def answer_hit(kind: Kind, result: CacheResult, stream: bool, usage: bool,
         assert result.answer is not None
         return JsonAnswer(orjson.dumps(result.answer), headers, **finish.send_limits(),
                           on_sent=finish.sent(trace))
-    else:  # a stream's hit is always vLLM's chunks (cache/entry.py: answered)
+    else:  # a stream's hit is always vLLM's chunks (cache/serve.py: answered)
         assert result.events is not None
         events = replay_stream(replay(kind, usage, result.events))
     return RelayResponse(events, finish.closer(trace, leave), headers=sse_headers(headers),

@@ -148,7 +148,7 @@ class Accumulator:
 def replay(kind: Kind, include_usage: bool, events: Chunks) -> Iterator[bytes]:
     """A cached answer as a stream: vLLM's own chunks, stored from its stream (cut at a
     shorter limit by the lookup), with a new id and created; parsed and checked by the lookup
-    (cache/entry.py's `answered`). A stream is never made from a JSON answer: it does not say
+    (cache/serve.py's `answered`). A stream is never made from a JSON answer: it does not say
     where vLLM's tokens were, so its chunks would not be vLLM's (such a request is a miss)."""
     yield from _replayed(replay_head(kind), events, include_usage)
 

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from proxy.cache.embedder import Embedder, default_model_path
+from proxy.cache.entry import Entry
 from proxy.cache.judge import Judge
 from proxy.types import CacheRequest, Completion
 
@@ -87,3 +88,20 @@ def stream_of(body: dict[str, Any], pieces: tuple[str, ...]) -> list[dict[str, A
             choice["stop_reason"] = None
         out.append({**head, "choices": [choice]})
     return [*out, {**head, "choices": [], "usage": body["usage"]}]
+
+
+def entry(finish: str, tokens: int, max_tokens: int | None,
+          pieces: tuple[str, ...] | None = None) -> Entry:
+    """A stored chat entry with this finish and usage (pieces: its text, one a token)."""
+    text = "".join(pieces) if pieces else "hello world"
+    return Entry(exact="x", partition="p", namespace="tiny", kind="chat", text="q",
+                 max_tokens=max_tokens, answer=answer(text, finish=finish, tokens=tokens),
+                 pieces=pieces)
+
+
+def stream(pieces: tuple[str, ...], finish: str) -> list[dict[str, object]]:
+    """vLLM's chunks for these pieces (without id/created), as the cache stores them."""
+    return [{"object": "chat.completion.chunk", "model": "tiny", "choices": [
+        {"index": 0, "delta": {"content": p},
+         "finish_reason": finish if n == len(pieces) - 1 else None}]}
+        for n, p in enumerate(pieces)] + [{"choices": [], "usage": {"completion_tokens": 3}}]

@@ -1,5 +1,5 @@
 """Single flight across replicas (claims.py), streams and JSON apart as within one replica
-(lookup.py): a JSON answer does not answer a stream (entry.py: answered), so a stream never
+(lookup.py): a JSON answer does not answer a stream (serve.py: answered), so a stream never
 waits for another replica's JSON leader; a JSON request still waits for another replica's
 stream leader, whose answer answers it."""
 

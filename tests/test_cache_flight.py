@@ -91,7 +91,7 @@ async def test_streaming_followers_join_live_and_json_ones_wait(cache: SemanticC
 
 async def test_a_stream_does_not_wait_for_a_json_leader_but_leads_the_streams(
         cache: SemanticCache) -> None:
-    """A JSON answer does not answer a stream (entry.py: answered): a stream twin of a JSON
+    """A JSON answer does not answer a stream (serve.py: answered): a stream twin of a JSON
     leader leads a flight of its own at once, which its stream twins follow, and JSON twins
     still wait for the JSON leader."""
     leader = await cache.lookup(chat("Both ways"))

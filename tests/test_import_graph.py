@@ -78,3 +78,12 @@ def test_the_evaluation_command_stays_out_of_the_served_proxy() -> None:
              if targets & {"proxy.cache.evaluate", "proxy.cache.pairs"}}
     assert users <= {"proxy.cache.evaluate"}, users
     assert edges["proxy.cache.pairs"] == set(), edges["proxy.cache.pairs"]
+
+
+def test_the_stored_entry_knows_nothing_of_serving_it() -> None:
+    """proxy.cache.entry (the record) is read by the stores and by proxy.cache.serve (whether
+    and how an entry answers a request); neither imports more of the proxy than its types."""
+    edges = graph()
+    assert edges["proxy.cache.entry"] <= {"proxy.types"}, edges["proxy.cache.entry"]
+    assert edges["proxy.cache.serve"] <= {"proxy.types", "proxy.cache.entry"}, \
+        edges["proxy.cache.serve"]

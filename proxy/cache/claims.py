@@ -8,7 +8,7 @@ live stream. Any doubt (Redis down, a claim that outlives its owner) resolves to
 duplicate upstream call is the worst case, never a lost or wrong answer.
 
 Streams and JSON requests claim apart, as their flights are apart within a replica: a JSON
-answer does not answer a stream (entry.py: answered), so a stream claims the streams' flight
+answer does not answer a stream (serve.py: answered), so a stream claims the streams' flight
 and never waits for a JSON leader (found by a review: with one claim for both, a stream waited
 for another replica's JSON leader up to the flight wait, then went upstream all the same). A
 stream's answer answers JSON twins: its leader also claims the JSON twins' flight when that is

@@ -1,26 +1,18 @@
-"""One cached answer, and whether (and how) it answers a request for `max_tokens`.
-
-Greedy output for `max_tokens=m` is the first `m` tokens of the output for any larger limit.
-So an entry that stopped naturally after `k` tokens answers every request with `m >= k`
-(or no limit), and an entry cut by its limit `M` answers `m == M` as is and `m < M` only by
-cutting exactly `m` tokens. A cut needs token-accurate pieces: the entry must have been
-streamed with one delta per token (`len(pieces) == completion_tokens`) and, when the proxy
-gave us a token counter, the cut text must count as exactly `m` tokens; the request had no stop
-strings or min_tokens (cache/keys.py: `cuttable`; else the entry keeps no pieces). Otherwise:
-a miss.
+"""One cached answer as it is stored (Entry: its JSON, and the Redis record that keeps its
+stream's chunks apart), which answers are worth storing (`storable`), whether its stored
+chunks can be replayed (`chunks`), and which of two entries under one exact key to keep
+(`better`). Whether and how an entry answers a request: serve.py.
 """
 
 from __future__ import annotations
 
-import copy
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from proxy.types import Chunks, Events, TextCounter
+from proxy.types import Chunks, Events
 
 
 @dataclass(slots=True)
@@ -105,96 +97,6 @@ def storable(answer: dict[str, Any]) -> bool:
     return isinstance(choice.get("text"), str)
 
 
-_TEXT_ONLY = frozenset({"index", "message", "text", "finish_reason", "stop_reason"})
-
-
-def text_only(answer: dict[str, Any]) -> bool:
-    """Whether the answer is its text alone, as far as a cut can tell: a cut of it (serve)
-    rewrites only the text, the finish and stop reasons and the usage; anything else with a
-    value in its choice or message (a reasoning parser's `reasoning`, `return_token_ids`' ids)
-    would be left uncut (found by a review: such hits kept a longer answer's token ids)."""
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        return False
-    choice = choices[0]
-    if any(value for key, value in choice.items() if key not in _TEXT_ONLY):
-        return False
-    message = choice.get("message")
-    return not isinstance(message, dict) or not any(
-        value for key, value in message.items() if key not in ("role", "content"))
-
-
-def answered(entry: Entry, max_tokens: int | None, streams: bool,
-             count: TextCounter | None = None) -> tuple[dict[str, Any], Chunks | None] | None:
-    """A hit's answer body for a request with this `max_tokens` and, for a stream, vLLM's
-    chunks to replay: the stored ones for the whole answer, cut at the limit for a cut (JSON:
-    None); None when the entry does not answer the request exactly. A stream is answered only
-    from an answer stored with its chunks: one stored from a JSON answer is a stream's miss,
-    and the streamed answer then replaces it (`better`). A stream made from the answer's text
-    was re-chunked at word boundaries (' 1721 ', '1027 ' where vLLM streams ' 1721', ' 1027',
-    one chunk a token, and empty chunks for incomplete UTF-8): not vLLM's stream (found by a
-    review). Stored chunks that cannot be replayed (`chunks`) are a miss too."""
-    answer = serve(entry, max_tokens, count)
-    if answer is None or not streams:
-        return None if answer is None else (answer, None)
-    stored = chunks(entry) if entry.events is not None else None
-    if stored is None:
-        return None
-    if whole(entry, max_tokens):
-        return answer, stored
-    # a cut: vLLM's own chunks, one a token, up to the limit (found by a review: the cut was
-    # re-chunked at word boundaries, where vLLM's never split)
-    cut = None if max_tokens is None \
-        else cut_chunks(entry.kind, stored, max_tokens, _text(answer))
-    return None if cut is None else (answer, cut)
-
-
-def cut_chunks(kind: str, stored: Chunks, max_tokens: int, text: Any) -> Chunks | None:
-    """The stored stream as vLLM streams the first `max_tokens` of it: the chunks before the
-    content (chat's role chunk), the first `max_tokens` content chunks (`serve` cuts only an
-    answer streamed one token a chunk), the last of them ending the answer as vLLM ends one at
-    its limit (finish_reason "length", stop_reason null), then the usage chunk with the cut's
-    counts. None when the chunks do not say the cut's `text` (the answer `serve` made)."""
-    holder = "delta" if kind == "chat" else None
-    field = "content" if kind == "chat" else "text"
-    out: Chunks = []
-    said: list[str] = []
-    for chunk in stored:
-        choices = chunk.get("choices") or []
-        if not choices:
-            usage = chunk.get("usage")
-            if isinstance(usage, dict) and len(said) == max_tokens:
-                counts = {**usage, "completion_tokens": max_tokens}
-                if isinstance(usage.get("prompt_tokens"), int):
-                    counts["total_tokens"] = usage["prompt_tokens"] + max_tokens
-                out.append({**chunk, "usage": counts})
-            continue
-        if len(said) == max_tokens or len(choices) != 1:
-            continue
-        choice = choices[0]
-        piece = (choice.get(holder) or {}) if holder else choice
-        content = piece.get(field) if isinstance(piece, dict) else None
-        if not content:  # the role chunk (content ""): before the first token
-            if said:
-                return None
-            out.append(chunk)
-            continue
-        said.append(content)
-        if len(said) < max_tokens:
-            out.append(chunk)
-            continue
-        last: dict[str, Any] = {}
-        for key, value in choice.items():
-            if key != "stop_reason":
-                last[key] = value
-            if key == "finish_reason":
-                last.update(finish_reason="length", stop_reason=None)
-        last.setdefault("finish_reason", "length")
-        last.setdefault("stop_reason", None)
-        out.append({**chunk, "choices": [last]})
-    return out if len(said) == max_tokens and "".join(said) == text else None
-
-
 def chunks(entry: Entry) -> Chunks | None:
     """The entry's stored stream, parsed for a replay; None when this version cannot replay
     it: not a list of chunk objects with lists of choice objects, text that is not text, or
@@ -224,7 +126,7 @@ def chunks(entry: Entry) -> Chunks | None:
                 return None
             texts.append(text or "")
             finish = choice.get("finish_reason") or finish
-    said = (finish, "".join(texts)) == (entry.finish_reason, _text(entry.answer))
+    said = (finish, "".join(texts)) == (entry.finish_reason, answer_text(entry.answer))
     return parsed if said else None
 
 
@@ -235,7 +137,7 @@ def _first_choice(answer: dict[str, Any]) -> dict[str, Any] | None:
     return first if isinstance(first, dict) else None
 
 
-def _text(answer: dict[str, Any]) -> Any:
+def answer_text(answer: dict[str, Any]) -> Any:
     """The text of the answer's (first) choice; None for a shape vLLM never answers."""
     choice = _first_choice(answer)
     if choice is None:
@@ -244,54 +146,14 @@ def _text(answer: dict[str, Any]) -> Any:
     return message.get("content") if isinstance(message, dict) else choice.get("text")
 
 
-def _set_text(answer: dict[str, Any], text: str) -> None:
-    choice = answer["choices"][0]
-    if isinstance(choice.get("message"), dict):
-        choice["message"]["content"] = text
-    else:
-        choice["text"] = text
-
-
-def serve(entry: Entry, max_tokens: int | None,
-          count: TextCounter | None = None) -> dict[str, Any] | None:
-    """The answer body for a request with this `max_tokens`, or None when not exactly right.
-    (A whole answer may also be replayed from `entry.events`: see `answered`.)"""
-    used = entry.completion_tokens
-    if used is None:
-        return None
-    answer: dict[str, Any] | None = None
-    if whole(entry, max_tokens):
-        answer = copy.deepcopy(entry.answer)
-    elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
-            and len(entry.pieces) == used and text_only(entry.answer):
-        text = "".join(entry.pieces[:max_tokens])
-        if count is not None and count(text) != max_tokens:
-            return None
-        answer = copy.deepcopy(entry.answer)
-        _set_text(answer, text)
-        answer["choices"][0]["finish_reason"] = "length"
-        if "stop_reason" in answer["choices"][0]:
-            answer["choices"][0]["stop_reason"] = None  # vLLM's for a length finish
-        usage = answer.setdefault("usage", {})
-        usage["completion_tokens"] = max_tokens
-        if isinstance(usage.get("prompt_tokens"), int):
-            usage["total_tokens"] = usage["prompt_tokens"] + max_tokens
-    if answer is None:
-        return None
-    prefix = "chatcmpl" if entry.kind == "chat" else "cmpl"
-    answer["id"] = f"{prefix}-cache-{uuid.uuid4().hex}"
-    answer["created"] = int(time.time())
-    return answer
-
-
 def better(new: Entry, old: Entry) -> bool:
     """Whether `new` should replace `old` under the same exact key: always when `old`'s stored
     stream cannot be replayed (`chunks`: its stop answer kept it in place for good); else the
     one that answers more requests: a stop answer over one cut by its limit, a higher limit
     over a lower one, and where both answer the same requests (both stopped, or both cut at
     one limit: the same greedy answer), the one with the stream's chunks over one without, as
-    only it answers a stream (`answered`: before, a stored JSON answer was kept over the
-    streamed one, and every stream after it was a miss)."""
+    only it answers a stream (serve.py: `answered`; before, a stored JSON answer was kept
+    over the streamed one, and every stream after it was a miss)."""
     if old.events is not None and chunks(old) is None:
         return True
     streamed = (new.events is not None, old.events is not None)
@@ -303,11 +165,3 @@ def better(new: Entry, old: Entry) -> bool:
         return streamed != (False, True)
     return (new.max_tokens or 0) > (old.max_tokens or 0)
 
-
-def whole(entry: Entry, max_tokens: int | None) -> bool:
-    """Whether a request with this `max_tokens` gets the entry's whole answer (not a cut):
-    it stopped on its own within the limit, or was cut at exactly this limit."""
-    reason, used = entry.finish_reason, entry.completion_tokens
-    return used is not None and (
-        (reason == "stop" and (max_tokens is None or max_tokens >= used))
-        or (reason == "length" and max_tokens == entry.max_tokens))

@@ -30,7 +30,7 @@ class RequestKeys:
     exact: str  # hex digest of partition + the whole canonical question
     text: str | None  # the question to embed; None = exact tier only
     max_tokens: int | None
-    # whether the answer's streamed pieces can be cut to a shorter max_tokens (entry.py): not
+    # whether the answer's streamed pieces can be cut to a shorter max_tokens (serve.py): not
     # with stop strings (vLLM holds back text that may start one, so a piece lags its token)
     # nor with min_tokens (vLLM refuses a max_tokens below it)
     cuttable: bool = True

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.cache.claims import Claims, NoClaims, claimed, lead
 from proxy.cache.config import CacheConfig
-from proxy.cache.entry import Entry, answered, storable
+from proxy.cache.entry import Entry, storable
 from proxy.cache.flight import Flight
 from proxy.cache.keys import RequestKeys, request_keys
 from proxy.cache.metrics import CacheMetrics
+from proxy.cache.serve import answered
 from proxy.cache.store import Store, StoreUnavailable
 from proxy.cache.verify import check
 from proxy.effective import uncacheable
@@ -99,7 +100,7 @@ class SemanticCache:
 
         try:
             for attempt in range(3):
-                # a JSON leader's answer does not answer a stream (entry.py: answered): a
+                # a JSON leader's answer does not answer a stream (serve.py: answered): a
                 # stream twin of one follows, or leads, the streams' own flight instead of
                 # waiting for an answer that is then its miss (found by a review)
                 # (and a stream that began beside a JSON leader stays there after that one
