@@ -7,10 +7,14 @@ import os
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry
 
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
 from proxy.cache.embedder import Embedder, default_model_path
 from proxy.cache.entry import Entry
 from proxy.cache.judge import Judge
+from proxy.cache.lookup import SemanticCache
 from proxy.types import CacheRequest, Completion
 
 
@@ -105,3 +109,24 @@ def stream(pieces: tuple[str, ...], finish: str) -> list[dict[str, object]]:
         {"index": 0, "delta": {"content": p},
          "finish_reason": finish if n == len(pieces) - 1 else None}]}
         for n, p in enumerate(pieces)] + [{"choices": [], "usage": {"completion_tokens": 3}}]
+
+
+async def semantic_cache(registry: CollectorRegistry, **cfg: Any) -> SemanticCache:
+    """A cache with these CacheConfig fields over the test session's embedder and judge."""
+    cache = await open_cache(registry=registry, config=CacheConfig(**cfg), embedder=embedder(),
+                             judge=judge())
+    assert cache is not None
+    return cache
+
+
+def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value in the registry, 0.0 when it has none."""
+    value = registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+async def fill(cache: SemanticCache, text: str, reply: str, **kw: Any) -> None:
+    """Store `reply` as the answer to the chat question `text` (a miss first)."""
+    miss = await cache.lookup(chat(text, **kw))
+    assert miss.status == "miss"
+    await cache.store(miss.ticket, completion(reply))

@@ -87,3 +87,14 @@ def test_the_stored_entry_knows_nothing_of_serving_it() -> None:
     assert edges["proxy.cache.entry"] <= {"proxy.types"}, edges["proxy.cache.entry"]
     assert edges["proxy.cache.serve"] <= {"proxy.types", "proxy.cache.entry"}, \
         edges["proxy.cache.serve"]
+
+
+def test_the_semantic_tier_knows_nothing_of_single_flight() -> None:
+    """proxy.cache.semantic (search by meaning) is lookup.py's: it neither imports the lookup
+    nor the flights and claims that lookup.py keeps."""
+    edges = graph()
+    flights = {"proxy.cache.lookup", "proxy.cache.flight", "proxy.cache.claims",
+               "proxy.cache.redis_claims"}
+    assert not edges["proxy.cache.semantic"] & flights, edges["proxy.cache.semantic"]
+    users = {name for name, targets in edges.items() if "proxy.cache.semantic" in targets}
+    assert users <= {"proxy.cache.lookup"}, users

@@ -1,21 +1,18 @@
 """The lookup pipeline: exact tier, then semantic tier; store after completion; single flight.
 
-lookup(req):  policy gate -> keys -> exact key in the store -> embed the question (micro-batched)
--> catch up the index with other writers -> top-k ids in the partition -> entries from the store
--> cosine floor and hand-kept rules (verify.py) -> the learned judge scores the survivors in one
-batch (judge.py) -> the best accepted one is served for this max_tokens.  A miss returns a
-ticket; identical misses (same exact key and max_tokens) wait for the first one's answer
-instead of going upstream (single flight; a stream never waits for a JSON request's answer,
-which does not answer it, but for another stream's); with several replicas on one Redis the
-leader first claims the flight there, and a replica that finds it claimed waits for the stored
-answer (claims.py), streams and JSON apart there too (claims.lead). Store errors bypass the
-cache, never fail the request.
+lookup(req):  policy gate -> keys -> exact key in the store -> the semantic tier (semantic.py:
+embed, nearest stored questions, rules, the learned judge) unless exact-only -> the hit served
+for this max_tokens (serve.py).  A miss returns a ticket; identical misses (same exact key and
+max_tokens) wait for the first one's answer instead of going upstream (single flight; a stream
+never waits for a JSON request's answer, which does not answer it, but for another stream's);
+with several replicas on one Redis the leader first claims the flight there, and a replica that
+finds it claimed waits for the stored answer (claims.py), streams and JSON apart there too
+(claims.lead). Store errors bypass the cache, never fail the request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,15 +24,14 @@ from proxy.cache.entry import Entry, storable
 from proxy.cache.flight import Flight
 from proxy.cache.keys import RequestKeys, request_keys
 from proxy.cache.metrics import CacheMetrics
+from proxy.cache.semantic import SemanticTier
 from proxy.cache.serve import answered
 from proxy.cache.store import Store, StoreUnavailable
-from proxy.cache.verify import check
 from proxy.effective import uncacheable
 from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, TextCounter
 
 if TYPE_CHECKING:  # the semantic tier's (numpy, faiss): imported when it is on
     from proxy.cache.embedder import Embedder, Vector
-    from proxy.cache.index import VectorIndex
     from proxy.cache.judge import Judge
 
 
@@ -65,11 +61,9 @@ class SemanticCache:
         self.claims: Claims = claims if claims is not None else NoClaims()
         self.judge = judge
         self.count = count
-        self.index: VectorIndex | None = None
-        if embedder is not None:
-            from proxy.cache.index import VectorIndex
-
-            self.index = VectorIndex(embedder.dim)
+        # the semantic tier (semantic.py, its index with it): with an embedder only
+        self.semantic = SemanticTier(cfg, store, metrics, embedder, judge, count) \
+            if embedder is not None else None
         self._identity = embedder.identity if embedder is not None else "none"
         self._flights = _Flights()
 
@@ -198,88 +192,9 @@ class SemanticCache:
             hit = answered(entry, keys.max_tokens, streams, self.count)
             if hit is not None:
                 return CacheResult("hit", "exact", 1.0, hit[0], events=hit[1]), None
-        if (self.cfg.mode != "semantic" or self.embedder is None or keys.text is None
-                or exact_only):
+        if self.cfg.mode != "semantic" or self.semantic is None or exact_only:
             return None, None
-        if hedge is not None:
-            hedge()
-        started = time.perf_counter()
-        vector = await self.embedder.embed(keys.text)
-        self.metrics.embed_seconds.observe(time.perf_counter() - started)
-        if vector is None:
-            return None, None
-        candidates = await self._search(keys.partition, vector)
-        entries = await self.db.get_many([i for i, _ in candidates])
-        best: float | None = None
-        pending: list[tuple[float, Entry]] = []
-        for (entry_id, sim), cand in zip(candidates, entries, strict=True):
-            if cand is None or cand.partition != keys.partition or cand.text is None:
-                if cand is None:
-                    self.db.forget(entry_id)
-                continue
-            best = sim if best is None else max(best, sim)
-            reason = "below_threshold" if sim < self.cfg.threshold else check(
-                keys.text, cand.text).reason
-            if reason is not None:
-                self.metrics.rejections.labels(reason).inc()
-            else:
-                pending.append((sim, cand))
-        for sim, cand in await self._judged(keys.text, pending):
-            hit = answered(cand, keys.max_tokens, streams, self.count)
-            if hit is not None:
-                self.metrics.similarity.labels("hit").observe(sim)
-                return CacheResult("hit", "semantic", round(sim, 4), hit[0],
-                                   events=hit[1]), vector
-        if best is not None:
-            self.metrics.similarity.labels("miss").observe(best)
-        return None, vector
-
-    async def _judged(self, text: str, pending: list[tuple[float, Entry]]
-                      ) -> list[tuple[float, Entry]]:
-        """The candidates the judge accepts, most confident first (the same text needs none)."""
-        same = [(sim, c) for sim, c in pending if c.text == text]
-        others = [(sim, c) for sim, c in pending if c.text != text]
-        if not others or self.judge is None:
-            return same
-        if math.isinf(self.judge.threshold):  # the bound admits no threshold: nothing passes
-            self.metrics.rejections.labels("judge").inc(len(others))
-            return same
-        if 0 < self.cfg.judge_max_pending <= self.judge.pending:  # shed: a miss, not a queue
-            self.metrics.rejections.labels("judge_busy").inc(len(others))
-            return same
-        started = time.perf_counter()
-        logits = await self.judge.score([(text, c.text or "") for _, c in others])
-        self.metrics.judge_seconds.observe(time.perf_counter() - started)
-        accepted = []
-        for logit, (sim, cand) in sorted(zip(logits, others, strict=True), key=lambda x: -x[0]):
-            ok = self.judge.accepts(logit)
-            self.metrics.judge_verdicts.labels("accept" if ok else "reject").inc()
-            if ok:
-                accepted.append((sim, cand))
-            else:
-                self.metrics.rejections.labels("judge").inc()
-        return same + accepted
-
-    async def _search(self, partition: str, vector: Vector) -> list[tuple[int, float]]:
-        index = self.index
-        assert index is not None
-        added = await self.db.changes()
-        removed = self.db.take_removed()
-        reset = self.db.take_reset()
-
-        def work() -> list[tuple[int, float]]:
-            if reset:
-                index.clear()
-            for entry_id in removed:
-                index.remove(entry_id)
-            for entry in added:
-                # another size: another embedder's entry under the prefix (a rolling change of
-                # PROXY_CACHE_EMBED_MODEL) or a torn record; index.add raised (a 500; a review)
-                if entry.vector is not None and len(entry.vector) == 4 * index.dim:
-                    index.add(entry.partition, entry.id, _vec(entry.vector))
-            return index.search(partition, vector, self.cfg.top_k)
-
-        return await asyncio.to_thread(work)
+        return await self.semantic.find(keys, hedge, streams)
 
     async def store(self, ticket: object, completion: Completion) -> None:
         if not isinstance(ticket, Ticket) or ticket.done:
@@ -307,11 +222,11 @@ class SemanticCache:
                       events=completion.events,
                       vector=vector.astype("float32").tobytes() if vector is not None else None)
         stored = await self.db.put(entry)
-        if self.index is None:
+        if self.semantic is None:
             self.db.take_removed()  # no index to prune (exact mode)
         self.metrics.stores.labels("stored" if stored is not None else "kept_old").inc()
-        if stored is not None and vector is not None and self.index is not None:
-            await asyncio.to_thread(self.index.add, stored.partition, stored.id, vector)
+        if stored is not None and vector is not None and self.semantic is not None:
+            await asyncio.to_thread(self.semantic.index.add, stored.partition, stored.id, vector)
         self.metrics.entries.set(await self.db.count())
 
     async def abandon(self, ticket: object) -> None:
@@ -351,14 +266,14 @@ class SemanticCache:
                 "max_false_hit_rate": self.cfg.max_false_hit_rate,
                 "store": "redis" if self.cfg.redis_url else "memory",
                 "entries": await self.db.count(),
-                "indexed": len(self.index) if self.index is not None else 0,
+                "indexed": len(self.semantic.index) if self.semantic is not None else 0,
                 "in_flight": len(self._flights.waiting),
                 "embedder": self._identity}
 
     async def flush(self, namespace: str | None = None) -> int:
         removed = await self.db.flush(namespace)
-        if namespace is None and self.index is not None:
-            await asyncio.to_thread(self.index.clear)
+        if namespace is None and self.semantic is not None:
+            await asyncio.to_thread(self.semantic.index.clear)
             self.db.take_removed()
         self.metrics.entries.set(await self.db.count())
         return int(removed)
@@ -380,9 +295,3 @@ class SemanticCache:
 def _twins(keys: RequestKeys) -> str:
     """Identical requests' flight: the same exact key and max_tokens."""
     return f"{keys.exact}:{keys.max_tokens}"
-
-
-def _vec(raw: bytes) -> Vector:
-    import numpy as np
-
-    return np.frombuffer(raw, dtype=np.float32)

@@ -1,0 +1,113 @@
+"""The semantic tier (proxy/cache/semantic.py) through a cache's lookups: the cosine floor and
+the hand-kept rules, then the learned judge (its verdicts, a bound it cannot meet, shedding
+when it is busy)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.cache import open_cache
+from proxy.cache.config import CacheConfig
+from proxy.cache.judge import Judge
+from proxy.cache.lookup import SemanticCache
+from tests.cache_support import chat, completion, embedder, fill, judge, metric, semantic_cache
+
+
+@pytest.fixture
+async def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+async def cache(registry: CollectorRegistry) -> AsyncIterator[SemanticCache]:
+    c = await semantic_cache(registry)
+    yield c
+    await c.aclose()
+
+
+async def test_near_miss_is_rejected_and_counted(cache: SemanticCache,
+                                                 registry: CollectorRegistry) -> None:
+    await fill(cache, "How do I reverse a list?", "reversed")
+    near = await cache.lookup(chat("How do I not reverse a list?"))
+    assert near.status == "miss"
+    assert metric(registry, "proxy_cache_rejections_total", reason="negation") == 1
+    await cache.abandon(near.ticket)
+    swap = await cache.lookup(chat("Convert YAML to JSON"))
+    await cache.store(swap.ticket, completion("yaml->json"))
+    other = await cache.lookup(chat("Convert JSON to YAML"))
+    assert other.status == "miss"
+
+
+async def test_the_judge_decides_what_the_rules_let_through(
+        cache: SemanticCache, registry: CollectorRegistry) -> None:
+    await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
+    write = await cache.lookup(chat("How do I write a CSV file in pandas?"))
+    assert write.status == "miss"
+    assert metric(registry, "proxy_cache_rejections_total", reason="judge") == 1
+    assert metric(registry, "proxy_cache_judge_verdicts_total", verdict="reject") == 1
+    await cache.abandon(write.ticket)
+    load = await cache.lookup(chat("pandas: load a .csv file into a DataFrame"))
+    assert (load.status, load.tier) == ("hit", "semantic")
+    assert metric(registry, "proxy_cache_judge_verdicts_total", verdict="accept") == 1
+    assert registry.get_sample_value("proxy_cache_judge_seconds_count") == 2
+    assert (await cache.stats())["judge_threshold"] == cache.judge.threshold  # type: ignore
+    assert (await cache.stats())["judge_drift"] is cache.judge.drift is None  # type: ignore
+
+
+async def test_a_bound_no_threshold_meets_scores_nothing(registry: CollectorRegistry) -> None:
+    cache = await open_cache(registry=registry, config=CacheConfig(), embedder=embedder(),
+                             judge=judge(threshold=float("inf")))
+    assert cache is not None and cache.judge is not None
+    await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
+    load = await cache.lookup(chat("pandas: load a .csv file into a DataFrame"))
+    assert load.status == "miss" and cache.judge.pairs == 0
+    assert metric(registry, "proxy_cache_rejections_total", reason="judge") == 1
+    await cache.aclose()
+
+
+class HeldJudge(Judge):
+    """The committed judge, whose worker thread waits at a gate before scoring."""
+
+    def __init__(self, base: Judge) -> None:
+        super().__init__(base.session, base.tokenizer, base.rows, base.rate, base.max_tokens,
+                         base.floor)
+        self.threshold = base.threshold
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def logits(self, pairs: list[tuple[str, str]]) -> list[float]:
+        self.entered.set()
+        assert self.gate.wait(30)
+        return super().logits(pairs)
+
+
+async def test_a_busy_judge_sheds_lookups_as_misses(registry: CollectorRegistry) -> None:
+    held = HeldJudge(judge())
+    cache = await open_cache(registry=registry, config=CacheConfig(judge_max_pending=1),
+                             embedder=embedder(), judge=held)
+    assert cache is not None
+    try:
+        await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
+        first = asyncio.create_task(cache.lookup(chat("pandas: load a .csv file into a DataFrame")))
+        assert await asyncio.to_thread(held.entered.wait, 30)
+        assert held.pending == 1
+        shed = await cache.lookup(chat("Load a CSV into a pandas DataFrame, how?"))
+        assert shed.status == "miss" and not first.done()
+        assert metric(registry, "proxy_cache_rejections_total", reason="judge_busy") == 1
+        assert held.batches == 1  # the shed lookup never reached the judge
+        await cache.abandon(shed.ticket)
+        held.gate.set()
+        hit = await first
+        assert (hit.status, hit.tier) == ("hit", "semantic") and held.pending == 0
+    finally:
+        held.gate.set()
+        await cache.aclose()
+
+
+def test_the_judge_bound_is_validated() -> None:
+    with pytest.raises(ValueError, match="PROXY_CACHE_JUDGE_MAX_PENDING"):
+        CacheConfig.from_settings(type("S", (), {"cache_judge_max_pending": -1})())
