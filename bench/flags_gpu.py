@@ -51,7 +51,7 @@ from bench.flags_report import plot, report
 from bench.procs import PY, Proc, spawn, stop_group
 from deploy.net import free_port
 from deploy.profiles import load_profile
-from loadtest.sweep import parse_slo
+from loadtest.verdict import parse_slo
 
 
 def start(a: argparse.Namespace, flags: list[Flag], devices: list[int]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.flags_plan import flag_named
-from loadtest.sweep import answered_rate, behind, meets, no_data, parse_slo, sent_rate, slo_value
+from loadtest.verdict import answered_rate, behind, meets, no_data, parse_slo, sent_rate, slo_value
 
 FOLDER = re.compile(r"r(?P<round>\d+)-(?P<side>flag|base)-gpu(?P<gpu>\d+)")
 COUNTERS = {"Prefix cache hit rate (%)": "prefix hit %", "KV-cache usage peak (%)": "KV peak %",

@@ -39,7 +39,8 @@ from bench.gpu_remeasure import proxy, vllm
 from bench.procs import PY, REPO
 from loadtest.schedule import offsets
 from loadtest.stats import due_in
-from loadtest.sweep import bracketed, left_unsent, no_data, parse_slo, slo_value
+from loadtest.sweep import bracketed
+from loadtest.verdict import left_unsent, no_data, parse_slo, slo_value
 
 TARGETS = ("direct", "fullstack")
 FOLDER = re.compile(r"r(?P<ratio>\d+(?:\.\d+)?)-(?P<target>direct|fullstack)"

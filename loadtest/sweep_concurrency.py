@@ -21,21 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.sweep import (
-    TTFT_GROWTH_MAX,
     Measure,
     _measure,
-    _plot,
-    baseline_ttft,
     bracketed,
     knee_line,
     knee_of,
     levels,
-    meets,
-    parse_slo,
     point_args,
     save_interrupted,
     slo_bracket,
 )
+from loadtest.sweep_plot import plot
+from loadtest.verdict import TTFT_GROWTH_MAX, baseline_ttft, meets, parse_slo
 
 MIN_GAIN = 1.10  # throughput of a point against the previous one's
 
@@ -101,7 +98,7 @@ def sweep_concurrency(a: argparse.Namespace, measure: Measure = _measure) -> dic
                "saturation_concurrency": sat,
                "slo": slo, "goodput_concurrency": goodput, "goodput_bounded": bounded}
     (out / "sweep.json").write_text(json.dumps(summary, indent=1))
-    png = _plot(points, out / "sweep.png", knee, goodput, "concurrency (requests in flight)")
+    png = plot(points, out / "sweep.png", knee, goodput, "concurrency (requests in flight)")
     print(knee_line(f"concurrency {knee}", knee, sat,
                     f"level up to {max(p['concurrency'] for p in points)}",
                     "add higher --concurrencies"), flush=True)

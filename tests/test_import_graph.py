@@ -98,3 +98,11 @@ def test_the_semantic_tier_knows_nothing_of_single_flight() -> None:
     assert not edges["proxy.cache.semantic"] & flights, edges["proxy.cache.semantic"]
     users = {name for name, targets in edges.items() if "proxy.cache.semantic" in targets}
     assert users <= {"proxy.cache.lookup"}, users
+
+
+def test_a_sweep_points_verdict_and_plot_import_no_sweep() -> None:
+    """loadtest.verdict (what one point says) and loadtest.sweep_plot (its PNG) are read by the
+    rate and concurrency sweeps and the GPU benches; neither imports a sweep."""
+    edges = graph()
+    assert edges["loadtest.verdict"] <= {"loadtest.stats"}, edges["loadtest.verdict"]
+    assert edges["loadtest.sweep_plot"] <= {"loadtest.plots"}, edges["loadtest.sweep_plot"]

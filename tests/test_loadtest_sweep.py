@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from loadtest.cli import main, parser
-from loadtest.sweep import parse_slo, sweep
+from loadtest.sweep import sweep
+from loadtest.verdict import parse_slo
 from tests.test_loadtest_mock import mock_server
 
 CAP = 40.0  # req/s the modelled server sustains
@@ -235,7 +236,7 @@ def test_a_capped_client_that_falls_behind_meets_no_slo(tmp_path) -> None:
 
 
 def test_ttft_and_e2el_slos_count_from_the_scheduled_arrival_where_measured() -> None:
-    from loadtest.sweep import meets, slo_value
+    from loadtest.verdict import meets, slo_value
 
     res = {"completed": 10, "failed": 0, "p99_ttft_ms": 100.0, "p99_arrival_ttft_ms": 900.0,
            "p99_e2el_ms": 2000.0, "p99_arrival_e2el_ms": 6000.0, "p99_tpot_ms": 10.0}

@@ -93,7 +93,7 @@ def test_ttft_growth_is_judged_against_the_first_point_with_answers(tmp_path) ->
 
 
 def test_a_point_without_answers_is_no_baseline() -> None:
-    from loadtest.sweep import baseline_ttft
+    from loadtest.verdict import baseline_ttft
 
     assert baseline_ttft([]) is None
     points = [{"completed": 0, "mean_ttft_ms": 0.0}, {"completed": 0, "mean_ttft_ms": None},
