@@ -4,7 +4,7 @@ point."""
 import argparse
 import json
 
-from bench.fullstack_gpu import report
+from bench.fullstack_report import report
 
 
 def write(tmp_path, ratio, target, goodput, hit_share=None, bounded=True, profile=None,
@@ -141,7 +141,7 @@ def test_the_sweep_command_is_one_the_load_tester_accepts_with_and_without_a_dat
 
 
 def test_points_are_judged_by_the_current_rule_even_when_measured_before_it():
-    from bench.fullstack_gpu import judged
+    from bench.fullstack_report import judged
     from loadtest import schedule
     from loadtest.stats import due_in
 
@@ -169,7 +169,7 @@ def test_the_plot_leaves_points_without_answers_out_of_its_lines(tmp_path, monke
     """A sweep's lightest point drew no arrival (no data) and one point failed every request:
     neither measured a TTFT, and before the plot drew both at 0 ms (the stats' zero of no
     request) on the line; now they are left out of it."""
-    from bench.fullstack_gpu import plot
+    from bench.fullstack_report import plot
     from loadtest import plots
 
     folder = tmp_path / "r0.6-direct"
@@ -192,7 +192,7 @@ def test_a_point_without_data_is_neither_met_nor_missed():
     """A point whose window drew no arrival answered nothing because nothing was offered: the
     load tester's sweep calls it no data (`meets_slo` None). Before, `judged` called every point
     without a successful request a miss; one that had arrivals and answered none still is."""
-    from bench.fullstack_gpu import judged
+    from bench.fullstack_report import judged
     from loadtest import schedule
     from loadtest.stats import due_in
 
