@@ -10,6 +10,7 @@ path the proxy serves with (cosine floor, hand-kept rules, judge). Writes judge.
 tokenizer.json and judge.json (the calibration table, the floor, how it was trained, and the
 reference pairs the judge re-scores at start).
 test.jsonl is not read here. --calibrate-only redoes the calibration of the model in --out.
+`train(..., teacher=...)` distils a teacher's logits into the model (tools/judge/distil.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +70,60 @@ class PairScorer:
         return Scorer()
 
 
+ALPHA = 0.5  # distillation: the soft (teacher) term's weight; 1 - ALPHA goes to the labels
+TEMPERATURE = 2.0  # distillation: both logits divided by it in the soft term
+
+
+def distil_loss(logits: Any, labels: Any, teacher: Any | None = None, alpha: float = ALPHA,
+                temperature: float = TEMPERATURE) -> Any:
+    """BCE against the labels; with `teacher` (the teacher's logits for the same pairs, same
+    order) mixed with the soft term, Hinton's knowledge distillation for one logit:
+
+        alpha * T^2 * BCE(sigmoid(s / T), sigmoid(t / T)) + (1 - alpha) * BCE(sigmoid(s), y)
+
+    The T^2 keeps the soft term's gradient as large as at T = 1 (d/ds = T * (sigmoid(s / T) -
+    sigmoid(t / T)) ~ (s - t) / 4 near 0), so alpha weighs the two terms alike at any T. At
+    alpha = 1 the labels are not read: the gradient is zero where the student's logit equals
+    the teacher's. T > 1 softens the teacher's confident logits (on its own training pairs
+    most are far from 0), so the student learns their order, not only their sign."""
+    import torch
+
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    hard = bce(logits, labels)
+    if teacher is None:
+        return hard
+    soft = bce(logits / temperature, torch.sigmoid(teacher / temperature)) * temperature ** 2
+    return alpha * soft + (1 - alpha) * hard
+
+
+def batch_of(pairs: list[dict[str, Any]], rows: list[int], flip: list[bool],
+             teacher: Sequence[Sequence[float]] | None = None,
+             ) -> tuple[list[str], list[str], list[float], list[float] | None]:
+    """The first texts, second texts, labels and (with `teacher`, one (a-b, b-a) logit pair a
+    training pair) the teacher's logits of the order each pair is read in."""
+    chosen = [pairs[j] for j in rows]
+    firsts = [p["b"] if f else p["a"] for p, f in zip(chosen, flip, strict=True)]
+    seconds = [p["a"] if f else p["b"] for p, f in zip(chosen, flip, strict=True)]
+    labels = [float(p["same"]) for p in chosen]
+    soft = None if teacher is None else [
+        float(teacher[j][1] if f else teacher[j][0]) for j, f in zip(rows, flip, strict=True)]
+    return firsts, seconds, labels, soft
+
+
 def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
           batch: int, device: str = "cpu", base: str | None = None,
-          pooling: str = "mean") -> Any:
+          pooling: str = "mean", teacher: Sequence[Sequence[float]] | None = None,
+          alpha: float = ALPHA, temperature: float = TEMPERATURE) -> Any:
+    """Fine-tunes a PairScorer on `pairs`. With `teacher` (for each pair the teacher's logits
+    in both orders, (a-b, b-a), as tools.judge.distil writes them) the loss is
+    `distil_loss`'s mix of teacher and labels. The order of the pairs and the reading order
+    of each come from `seed` alone, so a student and a plain run of one seed see the same
+    batches."""
     import torch
     from transformers import AutoTokenizer
+
+    if teacher is not None and len(teacher) != len(pairs):
+        raise ValueError(f"{len(teacher)} teacher logits for {len(pairs)} pairs")
 
     random.seed(seed)
     np.random.seed(seed)
@@ -87,21 +138,20 @@ def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
     warm = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / (steps - warm))))
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     rng = random.Random(seed)
     step, started = 0, time.perf_counter()
     for epoch in range(epochs):
         order = list(range(len(pairs)))
         rng.shuffle(order)
         for i in range(0, len(order), batch):
-            chunk = [pairs[j] for j in order[i:i + batch]]
-            flip = [rng.random() < 0.5 for _ in chunk]  # both orders, as queries come
-            firsts = [p["b"] if f else p["a"] for p, f in zip(chunk, flip, strict=True)]
-            seconds = [p["a"] if f else p["b"] for p, f in zip(chunk, flip, strict=True)]
+            rows = order[i:i + batch]
+            flip = [rng.random() < 0.5 for _ in rows]  # both orders, as queries come
+            firsts, seconds, labels, soft = batch_of(pairs, rows, flip, teacher)
             enc = tok(firsts, seconds, padding=True, truncation=True, max_length=MAX_TOKENS,
                       return_tensors="pt").to(device)
-            labels = torch.tensor([float(p["same"]) for p in chunk], device=device)
-            loss = loss_fn(model(**enc).squeeze(-1), labels)
+            loss = distil_loss(
+                model(**enc).squeeze(-1), torch.tensor(labels, device=device),
+                None if soft is None else torch.tensor(soft, device=device), alpha, temperature)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -113,6 +163,20 @@ def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
                       f"{time.perf_counter() - started:.0f}s", flush=True)
     model.eval()
     return model, tok
+
+
+def score(model: Any, tok: Any, firsts: list[str], seconds: list[str], device: str,
+          batch: int = 256) -> list[float]:
+    """The model's logit of each (first, second), in eval mode, `batch` at a time."""
+    import torch
+
+    out: list[float] = []
+    with torch.inference_mode():
+        for i in range(0, len(firsts), batch):
+            enc = tok(firsts[i:i + batch], seconds[i:i + batch], padding=True, truncation=True,
+                      max_length=MAX_TOKENS, return_tensors="pt").to(device)
+            out += model(**enc).squeeze(-1).float().cpu().tolist()
+    return out
 
 
 def export(model: Any, tok: Any, out: Path, base: str, per_channel: bool = True) -> None:

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Distilling the mpnet judge into a MiniLM-sized student (recipe, not yet run; docs/cache.md
+# "Distilling the judge"). Dev only: test.jsonl is not read. On the GPU host, from the repo root:
+#   bash bench/gpu/judge20.sh [R=/root/judge20]
+# 1. mpnet (all-mpnet-base-v2 fp16 at $MPNET), the shipped recipe 5/2e-5/mean/11/32, on the
+#    corpus as it is in the tree; it writes its logits of every train and dev pair, both
+#    orders, to $R/teacher.json (tools.judge.sweep --teacher-out). Beside it, on the same GPU:
+#    plain MiniLM ($MINILM, the embedder's MiniLM-L6 in fp16), 5/8e-5/mean/11/32.
+# 2. then MiniLM students of that teacher, the same recipe and seed as the plain one (the same
+#    batches; only the loss differs): one per alpha/temperature in $STUDENTS (default 0.5/2,
+#    the tools' default; 1/2, the teacher alone; 0.5/1).
+# 3. $R/summary.md (every run's dev AUC, recall at precision 0.99/0.95/0.90, a student's
+#    correlation with the teacher's dev logits), and $R/carry/ for the trip back (the device
+#    returns at most 8 files of 16 MB, ~64 MB, a call): summary.tar.gz (every log, sweep.json,
+#    dev_scores.json, teacher.json, summary.md: well under 16 MB), SHA256SUMS, and each run's
+#    half-precision best.pt split into 15 MiB parts, NAME.pt.part00.. (a MiniLM: 3 parts of
+#    ~45 MB in all; mpnet: 14 parts, 218 MB, only wanted to ship the retrained mpnet).
+# Timing is a guess: on session 11's H100, sharing it four ways, mpnet took 8 min and a MiniLM
+# 4 min; alone on an H200 expect ~10 min for all of it. Start it in the background and wait in
+# calls under 10 min (docs/cache.md has the calls); $R/status gets "NAME rc N" per run, $R/done
+# at the end ($R/failed if the teacher did not train).
+set -u
+export PYTHONPATH=/root/pw:$PWD PYTHONUNBUFFERED=1
+R=${1:-/root/judge20}
+MPNET=${MPNET:-/root/jb/mpnet16}
+MINILM=${MINILM:-/root/jb/minilm16}
+TEACHER_RECIPE=${TEACHER_RECIPE:-5/2e-5/mean/11/32}
+STUDENT_RECIPE=${STUDENT_RECIPE:-5/8e-5/mean/11/32}
+STUDENTS=${STUDENTS:-0.5/2 1/2 0.5/1}
+DEVICE=${DEVICE:-cuda}
+for need in "$MPNET/config.json" "$MINILM/config.json" tests/data/judge/train.jsonl \
+            tests/data/judge/dev.jsonl; do
+  [ -e "$need" ] || { echo "judge20: $need is missing" >&2; exit 2; }
+done
+mkdir -p "$R/data"
+rm -f "$R/status" "$R/done" "$R/failed"
+cp tests/data/judge/train.jsonl tests/data/judge/dev.jsonl "$R/data/"  # the corpus as launched
+
+run() {  # NAME, then tools.judge.sweep's arguments
+  local name=$1
+  shift
+  python3 -m tools.judge.sweep --data "$R/data" --out "$R/$name" --device "$DEVICE" "$@" \
+    > "$R/$name.log" 2>&1
+  echo "$name rc $?" >> "$R/status"
+}
+
+run mpnet --base "$MPNET" --variants "$TEACHER_RECIPE" --teacher-out "$R/teacher.json" &
+TEACHER=$!
+run minilm-plain --base "$MINILM" --variants "$STUDENT_RECIPE" &
+wait $TEACHER
+if [ ! -s "$R/teacher.json" ]; then
+  echo "judge20: no teacher logits, see $R/mpnet.log" >&2
+  wait
+  touch "$R/failed"
+  exit 1
+fi
+for s in $STUDENTS; do
+  run "minilm-a${s%/*}-t${s#*/}" --base "$MINILM" --variants "$STUDENT_RECIPE" \
+    --teacher "$R/teacher.json" --alpha "${s%/*}" --temperature "${s#*/}" &
+done
+wait
+
+python3 - "$R" <<'PY'
+import json, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+lines = ["| run | alpha | T | AUC | R@P0.99 | R@P0.95 | R@P0.90 | agree | s |",
+         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+for sweep in sorted(root.glob("*/sweep.json")):
+    for r in json.loads(sweep.read_text()):
+        cells = [sweep.parent.name, r.get("alpha", ""), r.get("temperature", "")]
+        cells += [f"{r[k]:.4f}" for k in ("auc", "recall_at_p0.99", "recall_at_p0.95",
+                                           "recall_at_p0.9")]
+        agree = r.get("agree")
+        cells += ["" if agree is None else f"{agree:.3f}", r["seconds"]]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+(root / "summary.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+
+mkdir -p "$R/carry"
+rm -f "$R"/carry/*
+for pt in "$R"/*/best.pt; do
+  name=$(basename "$(dirname "$pt")")
+  split -b 15M -d -a 2 "$pt" "$R/carry/$name.pt.part"
+  echo "$(sha256sum < "$pt" | cut -d' ' -f1)  $name.pt" >> "$R/carry/SHA256SUMS"
+done
+tar -C "$R" -czf "$R/carry/summary.tar.gz" --exclude=carry --exclude=data --exclude='*.pt' .
+ls -la "$R/carry"
+touch "$R/done"
