@@ -4,6 +4,11 @@ Writes the labelled pairs for the cache's judge: train.jsonl, dev.jsonl, test.js
 {"a", "b", "same", "kind", "domain", "family"}. A family is a generated frame (all its
 instances) or one hand-written seed family, and every family lands in exactly one split, so
 dev and test hold whole templates and topics that training never saw. Deterministic for a seed.
+
+A pair that one of the rules below leaves out (a topic pair between families that ask the same
+question, a can-vs-how intent pair, a direction contrast on a symmetric relation) is still drawn
+and dropped at the end (DROP), and the keyword and chat rewrites draw from their own streams, so
+leaving one out moves no other pair: the files change by exactly the pairs the rules concern.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import orjson
 from tools.judge.frame import Frame, edited, pick_values, render
 from tools.judge.frames_tech import FRAMES as TECH
 from tools.judge.frames_world import FRAMES as WORLD
+from tools.judge.rewrite import PREFIXES, SUFFIXES, content_words, rewrite, strip_noise
 from tools.judge.seeds import SEEDS, Seed
 
 Pair = dict[str, Any]
@@ -30,9 +36,16 @@ DOMAINS = frozenset({"coding", "devops", "science", "geography", "history", "coo
                      "finance", "writing", "support", "translation"})
 KINDS = frozenset({"negation", "entity", "number", "unit", "version", "time", "direction", "role",
                    "scope", "task", "payload", "constraint", "modality"})
-PREFIXES = ("quick question: ", "hey, ", "pls help - ", "so ", "hi! ", "question: ", "ok so ")
-SUFFIXES = (" thanks", " ??", " pls", " (asking for a friend)", " thx", "!")
 INSTANCES = 28  # per frame
+DROP = "_drop"  # a pair drawn, then left out (see the module's docstring)
+LATE = "_late"  # a pair from a side stream, added after the split's other draws
+LINKED = 0.6  # two families whose questions' content words overlap this much ask one question
+OPEN_KINDS = frozenset({"scope", "constraint", "unit"})  # contrasts that add a detail
+REWRITE_SAME, REWRITE_DIFF = 0.3, 0.15  # the share of a family's pairs given a rewritten twin
+_SYMMETRIC = re.compile(r"\b(?:vs\.?|versus|or|compare[ds]?|comparing|comparison|differen\w*|"
+                        r"same|equal\w*|equivalent|identical|similar\w*|alike|interchangeabl\w*|"
+                        r"between|distance|far)\b", re.IGNORECASE)
+_DIRECTED = re.compile(r"\bthan\b", re.IGNORECASE)
 
 
 def informal(text: str, rng: random.Random) -> str:
@@ -70,7 +83,10 @@ ASKS = {  # one intent each: the forms within a group are paraphrases of each ot
 
 def intent_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
     """Same action, another intent (how vs should vs can vs why vs what-if): different answers;
-    the same intent said another way: the same answer. Built from any how-to question."""
+    the same intent said another way: the same answer. Built from any how-to question. Not
+    "can I X?" against "how do I X?": whoever asks whether they can do something wants to know
+    how (one answer, "yes: ...", serves both), so that pair is left out (DROP), neither
+    different nor, since "is that allowed" may ask about permission, the same."""
     out: list[Pair] = []
     texts = sorted({t for p in pairs for t in (p["a"], p["b"])})
     rng.shuffle(texts)
@@ -85,9 +101,11 @@ def intent_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
         out.append(_pair(a.format(x=x), b.format(x=x), True, "paraphrase", p0["domain"],
                          p0["family"], rng))
         kind = "modality" if {first, second} <= {"how", "should", "can"} else "task"
-        out.append(_pair(rng.choice(ASKS[first]).format(x=x),
-                         rng.choice(ASKS[second]).format(x=x), False, kind, p0["domain"],
-                         p0["family"], rng))
+        other = _pair(rng.choice(ASKS[first]).format(x=x), rng.choice(ASKS[second]).format(x=x),
+                      False, kind, p0["domain"], p0["family"], rng)
+        if {first, second} == {"how", "can"}:
+            other[DROP] = True
+        out.append(other)
     return out
 
 
@@ -143,26 +161,136 @@ def written_families(folder: Path = FAMILIES) -> list[tuple[str, Seed]]:
     return out
 
 
-def seed_pairs(family: str, seed: Seed, rng: random.Random) -> list[Pair]:
+def terse(text: str) -> bool:
+    """Keyword style: at most 6 content words, and at most 1 word in 5 a function word."""
+    words = re.findall(r"[a-z0-9][a-z0-9'+#]*", strip_noise(text).lower())
+    content = content_words(text)
+    return len(content) <= 6 and len(words) - len(content) <= 0.2 * len(words)
+
+
+def symmetric(text: str) -> bool:
+    """The text states a relation without a direction: "A vs B", "which is faster, A or B",
+    "are A and B the same", "the difference between A and B" (and no "than")."""
+    return bool(_SYMMETRIC.search(text)) and not _DIRECTED.search(text)
+
+
+def partners(kind: str, other: str, same: tuple[str, ...]) -> list[str]:
+    """The paraphrases a contrast may be paired with as a negative.
+
+    direction: none when the contrast only swaps the sides of a symmetric relation ("are B and
+    A the same?" for "are A and B the same?": the same question); otherwise every paraphrase
+    that has a direction itself when the contrast is a comparison ("js vs python speed" has
+    none, so "Is Python faster than JS?" is not its opposite). scope, constraint, unit (a
+    contrast that adds or changes a detail): no terse, keyword-style paraphrase ("check ssl
+    cert expiry openssl"), which leaves such a detail open and so would be the negative
+    partner of one reading of itself."""
+    if kind == "direction":
+        if symmetric(other) and content_words(other) <= frozenset().union(
+                *(content_words(s) for s in same)):
+            return []
+        if _DIRECTED.search(other):
+            return [s for s in same if not symmetric(s)]
+    elif kind in OPEN_KINDS:
+        return [s for s in same if not terse(s)]
+    return list(same)
+
+
+def seed_pairs(family: str, seed: Seed, rng: random.Random, stream: int = 0) -> list[Pair]:
+    """The paraphrases pairwise (same) and each contrast against two of them (different). A
+    drawn partner that `partners` refuses is dropped (DROP) and, where an allowed one is left,
+    replaced by a pair drawn from the family's own stream (LATE: added after the split's other
+    draws, so the replacement moves no other pair; stream is the corpus seed)."""
     domain, same, contrasts = seed
     out = [_pair(a, b, True, "paraphrase", domain, family, rng)
            for a, b in itertools.combinations(same, 2)]
-    out.extend(_pair(a, other, False, kind, domain, family, rng)
-               for kind, other in contrasts for a in rng.sample(same, min(2, len(same))))
+    side: random.Random | None = None
+    for kind, other in contrasts:
+        allowed = partners(kind, other, same)
+        picks = rng.sample(same, min(2, len(same)))
+        spare = [s for s in allowed if s not in picks]
+        for a in picks:
+            pair = _pair(a, other, False, kind, domain, family, rng)
+            out.append(pair)
+            if a in allowed:
+                continue
+            pair[DROP] = True
+            if spare:
+                side = side or random.Random(f"{stream}:{family}")
+                late = _pair(spare.pop(0), other, False, kind, domain, family, side)
+                late[LATE] = True
+                out.append(late)
     return out
 
 
+class _Questions:
+    """Each family's questions as content-word sets, to tell whether two families ask one
+    question somewhere (some two of their texts overlap >= LINKED, Jaccard)."""
+
+    def __init__(self, pairs: list[Pair]) -> None:
+        self.keys: dict[str, set[frozenset[str]]] = {}
+        for p in pairs:
+            for t in (p["a"], p["b"]):
+                self.keys.setdefault(p["family"], set()).add(content_words(t))
+        self.index: dict[str, dict[str, list[frozenset[str]]]] = {}
+        for family, keys in self.keys.items():
+            index = self.index.setdefault(family, {})
+            for key in keys:
+                for word in key:
+                    index.setdefault(word, []).append(key)
+        self.known: dict[tuple[str, str], bool] = {}
+
+    def linked(self, f: str, g: str) -> bool:
+        if (f, g) not in self.known:
+            if len(self.keys[f]) > len(self.keys[g]):
+                f, g = g, f
+            index = self.index[g]
+            self.known[f, g] = self.known[g, f] = any(
+                len(key & other) >= LINKED * len(key | other)
+                for key in self.keys[f] if key
+                for other in {o for w in key for o in index.get(w, ())})
+        return self.known[f, g]
+
+
 def topic_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
-    """Different questions of one domain and split: the easy negatives."""
+    """Different questions of one domain and split: the easy negatives. Not when the two texts
+    share a content word, nor between two families that ask one question somewhere (written
+    families and frame instances repeat each other: "enable 2FA on my Instagram account" is a
+    frame instance and a written family); such a draw is dropped (DROP)."""
     out: list[Pair] = []
     by_domain: dict[str, list[Pair]] = {}
     for p in pairs:
         by_domain.setdefault(p["domain"], []).append(p)
+    questions = _Questions(pairs)
     for _ in range(n):
         group = by_domain[rng.choice(sorted(by_domain))]
         x, y = rng.sample(group, 2)
         if x["family"] != y["family"]:
-            out.append({**_pair(x["a"], y["b"], False, "topic", x["domain"], x["family"], rng)})
+            pair = _pair(x["a"], y["b"], False, "topic", x["domain"], x["family"], rng)
+            if content_words(x["a"]) & content_words(y["b"]) \
+                    or questions.linked(x["family"], y["family"]):
+                pair[DROP] = True
+            out.append(pair)
+    return out
+
+
+def rewritten(pairs: list[Pair], seed: int) -> list[Pair]:
+    """Keyword and chat twins (tools.judge.rewrite) of a share of each family's pairs: one side
+    rewritten, the same label and kind (a rewrite asks what its text asks). From each family's
+    own stream, so they move no other pair."""
+    out: list[Pair] = []
+    streams: dict[str, random.Random] = {}
+    for p in pairs:
+        if p["kind"] == "topic":
+            continue
+        rng = streams.setdefault(p["family"], random.Random(f"{seed}:rewrite:{p['family']}"))
+        if rng.random() >= (REWRITE_SAME if p["same"] else REWRITE_DIFF):
+            continue
+        a, b = strip_noise(p["a"]), strip_noise(p["b"])
+        if rng.random() < 0.5:
+            a, b = b, a
+        short = rewrite(a, rng)
+        if short is not None and short.lower() != b.lower():
+            out.append(_pair(short, b, p["same"], p["kind"], p["domain"], p["family"], rng))
     return out
 
 
@@ -175,8 +303,9 @@ def written_split(family: str, seed: int) -> str:
 def build(seed: int, folder: Path = FAMILIES) -> dict[str, list[Pair]]:
     rng = random.Random(seed)
     frames = [(frame.name, frame_pairs(frame, rng)) for frame in (*TECH, *WORLD)]
-    seeds = [(f"seed{i:02d}", seed_pairs(f"seed{i:02d}", s, rng)) for i, s in enumerate(SEEDS)]
-    written = [(name, seed_pairs(name, s, rng)) for name, s in written_families(folder)]
+    seeds = [(f"seed{i:02d}", seed_pairs(f"seed{i:02d}", s, rng, seed))
+             for i, s in enumerate(SEEDS)]
+    written = [(name, seed_pairs(name, s, rng, seed)) for name, s in written_families(folder)]
     splitter = random.Random(seed)  # its own stream: editing a family moves no other family
     splits: dict[str, list[tuple[str, list[Pair]]]] = {"test": [], "dev": [], "train": []}
     for group in (frames, seeds):  # each group split 1/5 test, 1/5 dev, 3/5 train
@@ -189,19 +318,32 @@ def build(seed: int, folder: Path = FAMILIES) -> dict[str, list[Pair]]:
         splits[written_split(name, seed)].append((name, pairs))
     out: dict[str, list[Pair]] = {}
     for name, fams in splits.items():
-        pairs = [p for _, ps in fams for p in ps]
+        drawn = [p for _, ps in fams for p in ps]
+        pairs = [p for p in drawn if LATE not in p]
         pairs += topic_pairs(pairs, rng, len(pairs) // 12) + intent_pairs(pairs, rng,
                                                                            len(pairs) // 3)
         seen: set[tuple[str, str]] = set()
-        unique = []
-        for p in pairs:
-            key = (p["a"].lower(), p["b"].lower())
-            if p["a"].lower() != p["b"].lower() and key not in seen and key[::-1] not in seen:
-                seen.add(key)
-                unique.append(p)
+        unique = [p for p in pairs if _new(p, seen)]
         rng.shuffle(unique)
-        out[name] = unique
+        kept = [p for p in unique if DROP not in p]
+        late = [p for p in drawn if LATE in p]
+        late += rewritten([p for p in kept if p["kind"] != "topic"], seed)
+        place = random.Random(f"{seed}:place:{name}")  # late pairs go in among the others
+        for p in late:
+            if _new(p, seen):
+                p.pop(LATE, None)
+                kept.insert(place.randrange(len(kept) + 1), p)
+        out[name] = kept
     return out
+
+
+def _new(p: Pair, seen: set[tuple[str, str]]) -> bool:
+    """p is not a pair of one text, nor already in seen (either order, any case); adds it."""
+    key = (p["a"].lower(), p["b"].lower())
+    if key[0] == key[1] or key in seen or key[::-1] in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
