@@ -6,7 +6,8 @@
 # Sourced by bench/gpu/fullstack_code.sh and bench/gpu/flags_goodput.sh.
 if [ ! -d /root/wide8 ]; then
   python3 -m deploy train-model /root/model --steps 2400 --max-minutes 4.5 --corpus-mb 120 \
-    --seed 0 --copy-frac 0.25 ${STUDY_DRAFT:+--draft-dir /root/draft} > "$1/train.log" 2>&1
+    --seed 0 --copy-frac 0.25 $([ "${STUDY_DRAFT:-0}" = 1 ] && echo --draft-dir /root/draft) \
+    > "$1/train.log" 2>&1
   cp /root/model/train_report.json "$1/"
   python3 -m deploy pad-model /root/model /root/wide8 --width 8 > "$1/pad8.json"
 fi
