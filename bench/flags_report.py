@@ -172,8 +172,8 @@ def report(results: Path, slo: str, point_s: float) -> str:
         "brackets the range the rounds' bisection brackets allow: a bracket from n = 2 sweeps a "
         "side, not a confidence interval. Max answered: the most req/s a sweep's points answered "
         "(≥: no point fell behind the offered rate, so the capacity was not reached).", "",
-        "| flag | workload: what the plan meant to bind | rounds | goodput ratio [bracket] | max answered ratio "
-        "[range] |", "|---|---|---|---|---|"]
+        "| flag | workload: what the plan meant to bind | rounds | goodput ratio [bracket] "
+        "| max answered ratio [range] |", "|---|---|---|---|---|"]
     summary: dict[str, Any] = {"slo": slo, "point_s": point_s, "flags": []}
     for name, rounds in by_flag.items():
         good = combine([ratio_bracket(f, b) for f, b in rounds])
