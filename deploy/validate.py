@@ -213,7 +213,8 @@ def _check_speculative(conf: Any, info: VllmInfo, report: Report) -> None:
         report.errors.append(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
     if method == "suffix" and importlib.util.find_spec("arctic_inference") is None:
         report.errors.append("speculative method 'suffix' needs the arctic-inference package, "
-                             "which is not installed here (pip install arctic-inference)")
+                             "which is not installed here (PyPI has only its sdist: "
+                             "bash bench/gpu/arctic/build_wheel.sh, then .gpuarc/install.sh)")
 
 
 def _check_combinations(v: dict[str, Any], info: VllmInfo, report: Report, target: str) -> None:
