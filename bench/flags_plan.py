@@ -54,6 +54,12 @@ FLAGS = (
     # proposing 4 tokens to the padded 3.3 B target; priors are guesses, never measured
     Flag("spec-draft", "code_edit", "large", 22.78125, 22.78125, 38.0, 38.0, 250,
          "decode weight reads: a 7.6M draft proposes 4 tokens a step for the 3.3 B target"),
+    # suffix trees over the prompt and earlier answers (Arctic Inference; the wheel of
+    # bench/gpu/arctic/build_wheel.sh carried in .gpuarc/), up to 24 tokens a step; never run
+    # on a GPU: the flag's prior is the baseline's, its start rate the baseline's
+    Flag("spec-suffix", "code_edit", "large", 22.78125, 22.78125, 38.0, 38.0, 250,
+         "decode weight reads: suffix trees of the prompt and past answers draft up to 24 "
+         "tokens a step"),
     # the profile as written: fp8 KV, chunked prefill, prefix caching, n-gram 3 tokens
     Flag("tuned", "code_edit", "large", 22.78125, 34.171875, 38.0, 48.0, 250,
          "all flags at once on code edits: n-gram drafts; the others' bottlenecks barely bind"),

@@ -14,12 +14,22 @@
 # code_edit, one more server a GPU). Device time: setup ~2 min, training ~4 min, pad and
 # workloads ~1 min, then the estimate bench.flags_gpu prints first (~16 min: servers ~4, sweeps
 # ~12; a hard stop 18 min after the servers start skips what is left), collection ~1 min.
+# spec-suffix needs arctic-inference beside vLLM: build its wheel here with
+# `bash bench/gpu/arctic/build_wheel.sh` (python3.12, writes .gpuarc/) and carry .gpuarc; when
+# .gpuarc/ holds a wheel it is installed into /root/pw and smoke-tested first (log
+# $R/arctic.log), and a failure stops the run if --flags names spec-suffix.
 # Afterwards: `bash bench/gpu/collect.sh $R NAME` packs it.
 set -u
 export PYTHONPATH=/root/vllm-site:/root/pw:$PWD PYTHONUNBUFFERED=1
 R=${1:-/root/res-flags}
 shift || true
 mkdir -p "$R"
+if ls .gpuarc/arctic_inference-*.whl > /dev/null 2>&1; then
+  if ! bash .gpuarc/install.sh python3 /root/pw > "$R/arctic.log" 2>&1; then
+    echo "arctic-inference: install or smoke test failed, see $R/arctic.log" >&2
+    case " $* " in *spec-suffix*) exit 1 ;; esac
+  fi
+fi
 . bench/gpu/study_model.sh "$R"
 python3 -m bench.study_workloads /root/model/held_out_files.txt /root/wl -n 2000 \
   --only code_edit,long_context,shared_prefix --groups 16 > "$R/workloads.log" 2>&1
