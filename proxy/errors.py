@@ -186,15 +186,36 @@ class ShuttingDown(ProxyError):
 
 
 class UpstreamError(ProxyError):
-    """Anything that went wrong talking to vLLM."""
+    """Anything that went wrong talking to vLLM.
+
+    `absent`: the replica is known not to be there (its connection refused, its name not
+    resolved, a gateway saying it is down), so it holds nothing that could be asked of it now;
+    False where it may be there, busy or slow (a timeout), or answered. Decided here only: a
+    search across the replicas (a stored response, proxy/passthrough.py) takes another
+    replica's 404 as the answer only when every other one was absent."""
 
     upstream: str | None = None  # which backend, once one was tried (X-Upstream, access log)
+    absent = False
 
 
 class UpstreamUnavailable(UpstreamError):
+    """The request reached no engine: the replica refused the connection (or has no address),
+    or no replica is left to try."""
+
     status = 503
     type = "upstream_unavailable"
     code = "upstream_unavailable"
+    absent = True
+
+
+class UpstreamConnectTimeout(UpstreamUnavailable):
+    """No connection within the connect timeout (a free pooled connection awaited, then the
+    TCP connect): unavailable as a refusal is (failed over, the same 503), but the replica may
+    be up and saturated, holding what is asked. Before, it was an UpstreamUnavailable like a
+    refusal, and a stored response on a saturated replica was answered with the other
+    replica's 404 (found by a review)."""
+
+    absent = False
 
 
 class BadGateway(UpstreamError):
@@ -216,3 +237,6 @@ class UpstreamHTTPError(UpstreamError):
         super().__init__(f"upstream answered {status}")
         self.status = status
         self.content = content
+        # a gateway's "bad gateway" or "unavailable": the replica behind it is not there; its
+        # 504 is a timeout (the replica may be there, slow), an engine's own status an answer
+        self.absent = status in (502, 503)

@@ -9,7 +9,8 @@ A stored response, `GET /v1/responses/{id}` (its query as sent: `stream`, `start
 and `POST /v1/responses/{id}/cancel`, has no body: the API key, the key's limits and an
 admission slot; vLLM keeps it in one replica's memory, so the replicas are asked in turn, each
 once at most, until one knows the id (the others' 404 have no effect); a 404 is the client's
-when no replica that could be reached knows it (one refusing connections is not the answer)."""
+when every other replica is known not to be there (its connection refused, a gateway's 502 or
+503: UpstreamError.absent); one that timed out may hold it, and its error is the answer."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ from starlette.responses import Response
 from proxy import openai, responses
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.deps import Deps, event_buffer
-from proxy.errors import UpstreamError, UpstreamHTTPError, UpstreamUnavailable, VllmTypeError
+from proxy.errors import UpstreamError, UpstreamHTTPError, VllmTypeError
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
 from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
 from proxy.routing.backend import Backend
 from proxy.sending import JsonAnswer, RelayResponse
 from proxy.trace import Trace, answered, name_upstream
-from proxy.upstream import DOWN_STATUSES, UpstreamStream
+from proxy.upstream import UpstreamStream
 
 if TYPE_CHECKING:
     from proxy.limits import KeyLimits
@@ -43,13 +44,6 @@ PATHS = ("/tokenize", "/detokenize", RESPONSES)
 STORED = "/v1/responses/{response_id}"  # the routes' names, in metrics and the access log
 CANCEL = "/v1/responses/{response_id}/cancel"
 _TRUE = frozenset({"1", "true", "on", "yes", "t", "y"})  # a bool query value, as vLLM reads it
-
-
-def _unreached(exc: UpstreamError) -> bool:
-    """The request reached no engine that could answer it: every replica left refused the
-    connection or answered with a gateway status (open() fails over on both)."""
-    return isinstance(exc, UpstreamUnavailable) or (
-        isinstance(exc, UpstreamHTTPError) and exc.status in DOWN_STATUSES)
 
 
 class Passthrough:
@@ -130,26 +124,34 @@ class Passthrough:
         replicas are asked in turn, each once at most (one list of those asked, shared by
         every open(): before, one marked down during the search was offered again by the
         balancer, as the one whose back-off ends first, and asked twice), until one answers
-        other than 404. That 404 is the client's answer too when the other replicas could not
-        be reached (refused, or a gateway status), as vLLM alone would answer: before, a
-        replica refusing connections beside one that answered 404 got the client a 503."""
+        other than 404. That 404 is the client's answer too when every other replica is
+        known not to be there (UpstreamError.absent: refused, or a gateway's 502/503), as
+        vLLM alone would answer: before, a replica refusing connections beside one that
+        answered 404 got the client a 503. One that timed out (connecting, or waiting for a
+        pooled connection: saturated, not gone) may hold the id: its error, a retryable 503,
+        is the answer, whichever replica was asked first (every failure open() went on from
+        is in `errors`)."""
         up, headers = self.d.upstream, upstream_headers(trace.rid)
         if not path.startswith(RESPONSES + "/"):
             return await up.open(method, path, content, headers)
         asked: list[Backend] = []
+        errors: list[UpstreamError] = []  # each failure open() went on from (its replica)
         missing: UpstreamHTTPError | None = None  # a replica's 404: it does not hold the id
         while True:
             try:
-                return await up.open(method, path, content, headers, asked=asked)
+                return await up.open(method, path, content, headers, asked=asked,
+                                     errors=errors)
             except UpstreamError as exc:
                 if isinstance(exc, UpstreamHTTPError) and exc.status == 404:
                     missing = exc
-                elif missing is not None and _unreached(exc):
-                    raise missing from None
-                else:
-                    raise
+                elif missing is None or exc not in errors:
+                    raise  # no 404 yet, an answer, or a failure open() did not go on from
             if len(asked) >= len(up.balancer.backends):
-                raise missing
+                break
+        present = [e for e in errors if not e.absent]
+        if present:
+            raise present[0]
+        raise missing
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         """The body as vLLM reads it (its errors for bad JSON), nested no deeper than allowed,

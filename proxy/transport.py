@@ -4,8 +4,10 @@
 with one method (tests/support/fake_upstream.py) and the production client is aiohttp, used
 directly: its pool and parser cost a fraction of httpx/httpcore's CPU under load (bench/
 upstream_ab.py measures the choice). Foreign errors become the proxy's own HERE only:
-connect failures → UpstreamUnavailable (the balancer fails over), timeouts → UpstreamTimeout,
-anything else on the wire → BadGateway.
+a refused connection or an unknown host → UpstreamUnavailable (the balancer fails over), a
+connect timeout (the pool's wait, then the connect) → UpstreamConnectTimeout (failed over too,
+but the replica may be there), other timeouts → UpstreamTimeout, anything else on the wire →
+BadGateway.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from typing import Protocol
 
 import aiohttp
 
-from proxy.errors import BadGateway, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import (
+    BadGateway,
+    UpstreamConnectTimeout,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +61,7 @@ def translate(exc: BaseException, url: str, connecting: bool) -> UpstreamError:
     if isinstance(exc, aiohttp.ConnectionTimeoutError) or (
             connecting and isinstance(exc, aiohttp.ClientConnectorError)
             and isinstance(exc.os_error, TimeoutError)):
-        return UpstreamUnavailable(f"the upstream {url} is unreachable: connect timed out")
+        return UpstreamConnectTimeout(f"the upstream {url} is unreachable: connect timed out")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamUnavailable(f"the upstream {url} is unreachable: {type(exc).__name__}")
     if isinstance(exc, TimeoutError):

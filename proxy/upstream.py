@@ -117,14 +117,18 @@ class Upstream:
     async def open(self, method: str, path: str, content: bytes | None = None,
                    headers: Mapping[str, str] | None = None,
                    route: RouteRequest | None = None, wait: float | None = None,
-                   asked: list[Backend] | None = None) -> UpstreamStream:
+                   asked: list[Backend] | None = None,
+                   errors: list[UpstreamError] | None = None) -> UpstreamStream:
         """Send where the routing policy says; on a connect error try the next one. Error
         statuses from vLLM raise UpstreamHTTPError with vLLM's own body. `wait` bounds a
         metadata call (METADATA_WAIT): past it the replica is marked down and the next tried.
         `asked`: replicas already asked, not sent it again; each one this call tries is added
-        to it (a search across the replicas passes the same list to each of its calls)."""
+        to it (a search across the replicas passes the same list to each of its calls).
+        `errors`: each failure it went on to the next replica from is added to it (`upstream`
+        set), for a search to judge what the replicas it did not hear from were doing."""
         key = await self.balancer.policy.key(route) if route is not None else None
         tried = [] if asked is None else asked
+        passed: list[UpstreamError] = [] if errors is None else errors
         last: UpstreamError = UpstreamUnavailable("no upstream is configured")
         retried = False  # sent on once after a replica died holding it
         while (choice := self.balancer.choose(key, tried)) is not None:
@@ -149,12 +153,14 @@ class Upstream:
                     if _suspect(backend, retried):
                         raise last from None
                     retried = True
+                    passed.append(last)
                     continue
                 if isinstance(exc, UpstreamUnavailable | BadGateway) or wait is not None:
                     # refused, or dropped by a replica that lives on: down for the back-off,
                     # next one
                     self.balancer.mark_down(backend, str(exc))
                     self.balancer.policy.refused(choice, key)
+                    passed.append(exc)
                     continue
                 raise
             except BaseException:
@@ -177,6 +183,7 @@ class Upstream:
                 self.balancer.mark_down(backend, f"HTTP {reply.status}")
                 self.balancer.policy.refused(choice, key)
                 last = failed
+                passed.append(failed)
                 continue
             if reply.status == 500 and not await self.probe(backend):
                 # a 500 from a replica whose /health then fails (the probe marks it down):
@@ -186,6 +193,7 @@ class Upstream:
                 if _suspect(backend, retried):
                     raise last from None
                 retried = True
+                passed.append(last)
                 continue
             raise failed
         raise last

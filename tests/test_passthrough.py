@@ -288,6 +288,73 @@ async def test_a_replica_that_fails_in_a_search_is_asked_only_once(refusing: int
     assert (missing.status_code, missing.json()) == (404, NOT_FOUND), missing.text
 
 
+@pytest.mark.parametrize("slow", [0, 1])
+async def test_a_replica_that_does_not_connect_in_time_may_hold_the_id_so_the_answer_is_503(
+        slow: int) -> None:
+    # a connect timeout (the pool's wait, then the connect) is no refusal: the replica may be
+    # up, saturated, and hold the id. Its 503 (retryable) is the answer, not the other
+    # replica's 404 (final), which the client got for a response that exists (a review)
+    urls = ("http://a:8000", "http://b:8000")
+    fake = FakeVllm(held={"resp_1": MADE}, held_at=urls[slow], connect_timeout={urls[slow]})
+    s = settings(upstreams=urls, upstream_header=True)
+    async with proxy_client(s, transport=fake.transport) as c:
+        got = [await c.get(path) for path in ("/v1/responses/resp_1",
+                                              "/v1/responses/resp_1?stream=true")
+               for _ in range(2)]  # the balancer's pick first, then the other
+        cancel = await c.post("/v1/responses/resp_1/cancel")
+        fake.connect_timeout.clear()  # no longer saturated: found
+        found = await c.get("/v1/responses/resp_1")
+    for r in [*got, cancel]:
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "upstream_unavailable"
+        assert r.headers["X-Upstream"] == urls[slow]  # the replica that may hold it
+    stored = [r.url.split("/v1")[0] for r in fake.requests if "/v1/responses/" in r.url]
+    assert stored == [urls[1 - slow]] * 6 + [urls[slow]]  # the last: down, so asked last
+    assert found.status_code == 200 and found.json()["id"] == "resp_fake", found.text
+
+
+class Gateway(FakeTransport):
+    """The fake behind gateways: `status` (base URL -> status) answers for those replicas."""
+
+    def __init__(self, fake: FakeVllm, status: dict[str, int]) -> None:
+        super().__init__(fake.handle)
+        self.status = status
+
+    async def request(self, method: str, url: str, content: bytes | None,
+                      headers: Mapping[str, str], wait: float | None = None) -> FakeReply:
+        base = "/".join(url.split("/", 3)[:3])
+        if base in self.status and "/v1/responses/" in url:
+            code = self.status[base]
+            return FakeReply(code, json_body={"error": {"message": f"gateway {code}"}})
+        return await super().request(method, url, content, headers, wait)
+
+
+@pytest.mark.parametrize(("b", "c", "status"), [
+    ("refused", "refused", 404),  # only A is there: vLLM's 404
+    ("refused", "connect", 503),  # C did not connect in time: it may hold the id
+    (404, "connect", 503),
+    (502, 503, 404),  # gateways saying their replica is not there
+    (504, "refused", 504),  # a gateway that timed out waiting for its replica: it may hold it
+])
+async def test_only_replicas_known_not_to_be_there_leave_a_404_the_answer(
+        b: str | int, c: str | int, status: int) -> None:
+    urls = ("http://a:8000", "http://b:8000", "http://c:8000")
+    fake = FakeVllm()
+    gateway = Gateway(fake, {u: f for u, f in zip(urls[1:], (b, c), strict=True)
+                             if isinstance(f, int) and f != 404})
+    for url, failure in zip(urls[1:], (b, c), strict=True):
+        if failure == "refused":
+            fake.connect_error.add(url)
+        elif failure == "connect":
+            fake.connect_timeout.add(url)
+    async with proxy_client(settings(upstreams=urls, upstream_header=True),
+                            transport=gateway) as c:
+        got = await c.get("/v1/responses/resp_x")
+    assert got.status_code == status, got.text
+    if status == 404:
+        assert (got.json(), got.headers["X-Upstream"]) == (NOT_FOUND, urls[0])
+
+
 async def test_ping_is_the_proxys_health_as_vllms_is_its_own() -> None:
     async with proxy_client(settings(api_keys=("sk-a",)), transport=FakeVllm().transport) as c:
         got = [await c.get("/ping"), await c.post("/ping")]

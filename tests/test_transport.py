@@ -7,7 +7,12 @@ import asyncio
 
 import pytest
 
-from proxy.errors import BadGateway, UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import (
+    BadGateway,
+    UpstreamConnectTimeout,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from proxy.settings import Settings
 from proxy.transport import AiohttpTransport, Limits
 from tests.support.fake_upstream import FakeVllm
@@ -40,7 +45,30 @@ async def test_refused_connection_is_unavailable() -> None:
     with pytest.raises(UpstreamUnavailable) as info:
         await transport.request("GET", url + "/health", None, {})
     assert url in str(info.value) and "/health" not in str(info.value)
+    assert info.value.absent  # nothing listens there: it holds nothing
     await transport.aclose()
+
+
+async def test_no_connection_in_time_is_unavailable_but_not_absent() -> None:
+    # the one pooled connection is held by a request vLLM has not answered: the next one waits
+    # for it past the connect timeout (pool wait + connect). Failed over as a refusal is, but
+    # the replica is there, saturated: before, the same error as a refusal
+    gate = asyncio.Event()
+    fake = FakeVllm(gate=gate)
+    transport = AiohttpTransport(Limits(connect=0.1, read=5.0, pool=0.1, connections=1,
+                                        keepalive=4.0))
+    async with fake.served() as url:
+        held = asyncio.create_task(
+            transport.request("POST", url + "/v1/completions", STREAM, JSON))
+        await fake.arrived(1, "/v1/completions")
+        with pytest.raises(UpstreamConnectTimeout) as info:
+            await transport.request("GET", url + "/health", None, {})
+        assert isinstance(info.value, UpstreamUnavailable) and not info.value.absent
+        assert info.value.status == 503 and info.value.body()["error"]["code"] == \
+            "upstream_unavailable"
+        gate.set()
+        (await held).close()
+        await transport.aclose()
 
 
 async def test_silence_is_a_timeout() -> None:

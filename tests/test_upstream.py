@@ -36,6 +36,18 @@ async def test_connect_error_fails_over_and_marks_down():
         in metrics
 
 
+async def test_the_failures_gone_on_from_are_handed_back():
+    # a search across the replicas (a stored response) judges the ones it did not hear from:
+    # a refused one is not there, one not connected in time may be (passthrough._reach)
+    fake = FakeVllm(connect_error={A}, connect_timeout={B})
+    up, errors = upstream(fake, A, B), []
+    with pytest.raises(UpstreamUnavailable) as info:
+        await up.open("GET", "/v1/models", errors=errors)
+    assert info.value is errors[-1]  # the last one tried
+    assert sorted((e.upstream, e.absent) for e in errors) == [(A, True), (B, False)]
+    assert [s["state"] for s in up.balancer.state()] == ["down", "down"]  # both failed over
+
+
 async def test_all_down_is_503():
     fake = FakeVllm(connect_error={A, B})
     with pytest.raises(UpstreamUnavailable):

@@ -11,9 +11,11 @@ transport (aiohttp) is tested in-process too (tests/test_transport.py).
 
 Answers are deterministic: the text is "w0 w1 w2 ..." up to max_tokens (default 16). Knobs:
 `fail_with` (status, body) answers every completion with that error; `connect_error` refuses
-the listed base URLs; `read_timeout` makes completions time out (served: never answer);
-`stream_error_after` (n events) breaks a stream mid-way; `gate` (an asyncio.Event) holds
-completions until it is set; `pause` (n, event) holds each stream after n events until set;
+the listed base URLs; `connect_timeout` does not connect to them in time (a saturated replica:
+the error the production transport makes of aiohttp's connect timeout); `read_timeout` makes
+completions time out (served: never answer); `stream_error_after` (n events) breaks a stream
+mid-way; `gate` (an asyncio.Event) holds completions until it is set; `pause` (n, event) holds
+each stream after n events until set;
 `finish` is every answer's finish_reason ("length", as max_tokens ends the fake's answers).
 It also answers /tokenize, /detokenize and /v1/responses (tests/support/fake_passthrough.py),
 and GET /v1/responses/{id} and its cancel for the responses in `held` (id -> the request that
@@ -30,7 +32,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
 from proxy.errors import BadGateway, UpstreamTimeout, UpstreamUnavailable
+from proxy.transport import translate
 from tests.support import fake_passthrough
 from tests.support.serving import served
 
@@ -103,6 +108,7 @@ class FakeVllm:
     requests: list[Seen] = field(default_factory=list)
     fail_with: tuple[int, dict[str, Any]] | None = None
     connect_error: set[str] = field(default_factory=set)  # base URLs that refuse connections
+    connect_timeout: set[str] = field(default_factory=set)  # base URLs not connected in time
     read_timeout: bool = False
     stream_error_after: int | None = None  # events before the stream breaks
     gate: asyncio.Event | None = None  # completions wait for it (to hold requests in flight)
@@ -156,6 +162,9 @@ class FakeVllm:
         base = "/".join(url.split("/", 3)[:3])
         if base in self.connect_error:
             raise UpstreamUnavailable(f"the upstream {base} is unreachable: connection refused")
+        if base in self.connect_timeout:  # the pool's wait, then the connect, timed out
+            raise translate(aiohttp.ConnectionTimeoutError(f"Connection timeout to host {url}"),
+                            url, True)
         self.requests.append(Seen(method, url, headers, body))
         self._arrived = self._arrived or asyncio.Condition()
         async with self._arrived:
