@@ -276,7 +276,9 @@ def topic_pairs(pairs: list[Pair], rng: random.Random, n: int) -> list[Pair]:
 def rewritten(pairs: list[Pair], seed: int) -> list[Pair]:
     """Keyword and chat twins (tools.judge.rewrite) of a share of each family's pairs: one side
     rewritten, the same label and kind (a rewrite asks what its text asks). From each family's
-    own stream, so they move no other pair."""
+    own stream, so they move no other pair. No twin of a scope, constraint or unit contrast
+    with a terse side: like a terse paraphrase (`partners`), it leaves the detail open
+    ('marshall plan' is no negative of 'Explain the Marshall Plan in one sentence')."""
     out: list[Pair] = []
     streams: dict[str, random.Random] = {}
     for p in pairs:
@@ -289,6 +291,8 @@ def rewritten(pairs: list[Pair], seed: int) -> list[Pair]:
         if rng.random() < 0.5:
             a, b = b, a
         short = rewrite(a, rng)
+        if short is not None and p["kind"] in OPEN_KINDS and (terse(short) or terse(b)):
+            continue  # a terse form leaves open the detail the contrast adds (see partners)
         if short is not None and short.lower() != b.lower():
             out.append(_pair(short, b, p["same"], p["kind"], p["domain"], p["family"], rng))
     return out
