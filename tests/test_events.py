@@ -10,6 +10,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from proxy.errors import BadGateway
@@ -88,9 +89,9 @@ class EndlessVllm(FakeVllm):
         return reply
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
-async def test_an_event_that_never_ends_cuts_the_stream_with_an_error_event(path: str) -> None:
-    fake = EndlessVllm()
+async def _stream_through_proxy(path: str, fake: FakeVllm) -> tuple[httpx.Response, str]:
+    """A streamed request on `path` through a proxy whose events may hold LIMIT bytes, and the
+    proxy's /metrics afterwards."""
     body: dict[str, Any] = {"model": "tiny", "stream": True}
     body.update({"input": "hi"} if path == "/v1/responses"
                 else {"messages": [{"role": "user", "content": "hi"}]})
@@ -99,6 +100,12 @@ async def test_an_event_that_never_ends_cuts_the_stream_with_an_error_event(path
         async with asyncio.timeout(10):
             r = await c.post(path, json=body)
         metrics = (await c.get("/metrics")).text
+    return r, metrics
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+async def test_an_event_that_never_ends_cuts_the_stream_with_an_error_event(path: str) -> None:
+    r, metrics = await _stream_through_proxy(path, EndlessVllm())
     assert r.status_code == 200  # the headers were out
     events = r.content.rstrip(b"\n").split(b"\n\n")
     assert len(events) == 2 and b"x" * 64 not in r.content  # the first event, then the error
@@ -143,14 +150,7 @@ class OneChunkVllm(FakeVllm):
 async def test_whole_events_in_an_over_limit_chunk_reach_the_client_before_the_error(
         path: str) -> None:
     fake = OneChunkVllm()
-    body: dict[str, Any] = {"model": "tiny", "stream": True}
-    body.update({"input": "hi"} if path == "/v1/responses"
-                else {"messages": [{"role": "user", "content": "hi"}]})
-    s = Settings(upstreams=("http://vllm:8000",), cache="off", max_event_bytes=LIMIT)
-    async with proxy_client(s, transport=fake.transport) as c:
-        async with asyncio.timeout(10):
-            r = await c.post(path, json=body)
-        metrics = (await c.get("/metrics")).text
+    r, metrics = await _stream_through_proxy(path, fake)
     assert r.status_code == 200
     events = r.content.rstrip(b"\n").split(b"\n\n")
     assert len(events) == 3 and b"x" * 64 not in r.content, r.content[:300]
