@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from loadtest.cli import main
-from tests.support.procs import REPO
+from tests.support.procs import REPO, ctrl_c_reaches_children
 from tests.support.waiting import wait_for
 from tests.test_loadtest_mock import mock_server
 
@@ -63,10 +63,11 @@ def test_repeats_keep_every_runs_requests(tmp_path):
 def test_ctrl_c_saves_what_finished_and_exits_130(tmp_path):
     with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
         out = tmp_path / "r.json"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
-             "--request-rate", "20", "--no-scrape", "--json", str(out), *QUIET],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with ctrl_c_reaches_children():
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
+                 "--request-rate", "20", "--no-scrape", "--json", str(out), *QUIET],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:  # Ctrl-C once the mock has answered 25 requests (the run lasts far longer than
             # the wait: under a full test suite it once ended by itself first, exit 0)
             wait_for(lambda: proc.poll() is not None or served(url) >= 25,

@@ -157,18 +157,19 @@ def test_ctrl_c_of_a_sharded_run_saves_what_finished_and_says_interrupted(tmp_pa
     import subprocess
     import sys
 
-    from tests.support.procs import REPO
+    from tests.support.procs import REPO, ctrl_c_reaches_children
     from tests.support.waiting import wait_for
     from tests.test_loadtest_runner import served
 
     with mock_server("--ttft-ms", "5", "--itl-ms", "2") as url:
         out = tmp_path / "r.json"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
-             "--request-rate", "20", "--workers", "2", "--no-scrape", "--json", str(out),
-             "--no-progress", "--output-len", "4", "--input-len", "8"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
+        with ctrl_c_reaches_children():
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "loadtest", "run", "--target", url, "--duration", "300",
+                 "--request-rate", "20", "--workers", "2", "--no-scrape", "--json", str(out),
+                 "--no-progress", "--output-len", "4", "--input-len", "8"],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
         try:  # Ctrl-C once the mock has answered 25 requests
             wait_for(lambda: proc.poll() is not None or served(url) >= 25,
                      "the mock answered 25 requests", 60, every=0.1)

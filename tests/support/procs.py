@@ -20,6 +20,22 @@ from deploy.net import free_port, wait_http
 REPO = Path(__file__).resolve().parents[2]
 
 
+@contextmanager
+def ctrl_c_reaches_children() -> Iterator[None]:
+    """Children started inside get SIGINT as a terminal's Ctrl-C delivers it. A test run started
+    in the background without job control (`(make test &)`, nohup) ignores SIGINT, and a child
+    inherits an ignored signal through exec: Python then installs no KeyboardInterrupt handler,
+    and a Ctrl-C test waits out the whole run (session 20's CI, started that way, failed the
+    three Ctrl-C tests). A handler set here is reset to the default in the child at exec."""
+    old = signal.getsignal(signal.SIGINT)
+    if old is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def ensure_tiny_model() -> Path:
     return tiny_model()  # one maker for the benches and the tests (.models/tiny, made once)
 
