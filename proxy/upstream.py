@@ -32,8 +32,7 @@ from proxy.routing.protocol import Choice, RouteRequest
 from proxy.settings import ANSWER_BYTES, Settings
 from proxy.transport import AiohttpTransport, Limits, Reply, Transport
 
-# a gateway or an engine that is not there: the replica, not the request
-DOWN_STATUSES = (502, 503, 504)
+_DOWN = (502, 503, 504)  # a gateway or an engine that is not there: the replica, not the request
 
 
 def limits(settings: Settings) -> Limits:
@@ -176,7 +175,7 @@ class Upstream:
                 backend.lost += 1
             failed = await self._status_error(stream)
             failed.upstream = backend.url
-            if reply.status in DOWN_STATUSES:
+            if reply.status in _DOWN:
                 # a gateway error: the replica rests (it answers fast, so least-loaded would
                 # keep choosing it: found by a review, 55 of 60 requests failed); this
                 # request, which it never ran, goes to the next one
