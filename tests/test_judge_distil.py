@@ -157,3 +157,42 @@ def test_distillation_end_to_end_on_a_tiny_bert(tiny: tuple[Path, Path], tmp_pat
                                         str(path), "--alpha", "1"))
     assert moved[8] > np.mean(plain) > moved[-8]
     assert moved[8] - moved[-8] > 0.5
+
+
+def test_the_gpu_script_runs_every_step_on_a_tiny_bert(tiny: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    """bench/gpu/judge20.sh on the CPU with the out-of-fold teacher on: every run trains, the
+    merged teacher covers train, the summary has a row per run and the carry holds the students'
+    weights in parts that join to the saved state dicts."""
+    import os
+    import subprocess
+    import sys
+
+    base, data = tiny
+    out = tmp_path / "r"
+    recipe = "2/3e-2/mean/7/4"
+    env = {**os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "OOF_DEVICE": "cpu",
+           "MPNET": str(base), "MINILM": str(base), "DATA": str(data), "OMP_NUM_THREADS": "1",
+           "TEACHER_RECIPE": recipe, "STUDENT_RECIPE": recipe, "STUDENTS": "0.5/2",
+           "OOF_STUDENTS": "1/2"}
+    done = subprocess.run(["bash", "bench/gpu/judge20.sh", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    status = sorted((out / "status").read_text().split("\n"))
+    assert status == sorted(["", *(f"{n} rc 0" for n in (
+        "mpnet", "minilm-plain", "mpnet-fold0", "mpnet-fold1", "mpnet-s12", "minilm-a0.5-t2",
+        "minilm-oof-a1-t2"))])
+    assert (out / "done").exists()
+    train = orjson.loads((out / "teacher-oof.json").read_bytes())["splits"]["train"]
+    full = orjson.loads((out / "teacher.json").read_bytes())["splits"]
+    assert train["pairs"] == 12 and train["ab"] != full["train"]["ab"]
+    assert (orjson.loads((out / "mpnet-s12" / "sweep.json").read_bytes())[0]["variant"]
+            == "2/3e-2/mean/12/4")
+    summary = (out / "summary.md").read_text()
+    assert summary.count("| minilm-") == 3 and "not on dev" in summary
+    carry = {p.name for p in (out / "carry").iterdir()}
+    assert {"summary.tar.gz", "SHA256SUMS"} <= carry
+    assert not any(n.startswith("mpnet-fold") or n.startswith("mpnet-s12") for n in carry)
+    for name in ("minilm-oof-a1-t2", "minilm-plain", "mpnet"):
+        joined = b"".join(p.read_bytes() for p in sorted((out / "carry").glob(f"{name}.pt.part*")))
+        assert joined == (out / name / "best.pt").read_bytes()

@@ -15,6 +15,11 @@
 #    dev_scores.json, teacher.json, summary.md: well under 16 MB), SHA256SUMS, and each run's
 #    half-precision best.pt split into 15 MiB parts, NAME.pt.part00.. (a MiniLM: 3 parts of
 #    ~45 MB in all; mpnet: 14 parts, 218 MB, only wanted to ship the retrained mpnet).
+# OOF_DEVICE (e.g. cuda:1; unset: off) also makes an out-of-fold teacher there
+# (tools/judge/folds.py): two mpnets, each trained on half of train's families and scoring the
+# other half, merged with the full teacher's dev logits into $R/teacher-oof.json; beside them an
+# mpnet of seed 12 on all of train (the teacher's seed spread); then students of the out-of-fold
+# teacher, one per alpha/temperature in $OOF_STUDENTS (default 0.5/2 1/2), on OOF_DEVICE.
 # Timing is a guess: on session 11's H100, sharing it four ways, mpnet took 8 min and a MiniLM
 # 4 min; alone on an H200 expect ~10 min for all of it. Start it in the background and wait in
 # calls under 10 min (docs/cache.md has the calls); $R/status gets "NAME rc N" per run, $R/done
@@ -28,21 +33,36 @@ TEACHER_RECIPE=${TEACHER_RECIPE:-5/2e-5/mean/11/32}
 STUDENT_RECIPE=${STUDENT_RECIPE:-5/8e-5/mean/11/32}
 STUDENTS=${STUDENTS:-0.5/2 1/2 0.5/1}
 DEVICE=${DEVICE:-cuda}
-for need in "$MPNET/config.json" "$MINILM/config.json" tests/data/judge/train.jsonl \
-            tests/data/judge/dev.jsonl; do
+PY=${PYTHON:-python3}
+OOF_DEVICE=${OOF_DEVICE:-}
+OOF_STUDENTS=${OOF_STUDENTS:-0.5/2 1/2}
+DATA=${DATA:-tests/data/judge}
+for need in "$MPNET/config.json" "$MINILM/config.json" "$DATA/train.jsonl" "$DATA/dev.jsonl"; do
   [ -e "$need" ] || { echo "judge20: $need is missing" >&2; exit 2; }
 done
 mkdir -p "$R/data"
 rm -f "$R/status" "$R/done" "$R/failed"
-cp tests/data/judge/train.jsonl tests/data/judge/dev.jsonl "$R/data/"  # the corpus as launched
+cp "$DATA/train.jsonl" "$DATA/dev.jsonl" "$R/data/"  # the corpus as launched
 
-run() {  # NAME, then tools.judge.sweep's arguments
+run() {  # NAME, then tools.judge.sweep's arguments (a later --data or --device wins)
   local name=$1
   shift
-  python3 -m tools.judge.sweep --data "$R/data" --out "$R/$name" --device "$DEVICE" "$@" \
+  "$PY" -m tools.judge.sweep --data "$R/data" --out "$R/$name" --device "$DEVICE" "$@" \
     > "$R/$name.log" 2>&1
   echo "$name rc $?" >> "$R/status"
 }
+
+FOLDS=()
+if [ -n "$OOF_DEVICE" ]; then
+  "$PY" -m tools.judge.folds split "$R/data" "$R/folds" --k 2 --seed 0 > "$R/folds.log" 2>&1
+  for i in 0 1; do
+    run "mpnet-fold$i" --base "$MPNET" --variants "$TEACHER_RECIPE" --data "$R/folds/fold$i" \
+      --device "$OOF_DEVICE" --teacher-out "$R/folds/fold$i/teacher.json" &
+    FOLDS+=($!)
+  done
+  run mpnet-s12 --base "$MPNET" --variants "${TEACHER_RECIPE%/*/*}/12/${TEACHER_RECIPE##*/}" \
+    --device "$OOF_DEVICE" &
+fi
 
 run mpnet --base "$MPNET" --variants "$TEACHER_RECIPE" --teacher-out "$R/teacher.json" &
 TEACHER=$!
@@ -58,9 +78,22 @@ for s in $STUDENTS; do
   run "minilm-a${s%/*}-t${s#*/}" --base "$MINILM" --variants "$STUDENT_RECIPE" \
     --teacher "$R/teacher.json" --alpha "${s%/*}" --temperature "${s#*/}" &
 done
+if [ -n "$OOF_DEVICE" ]; then
+  wait "${FOLDS[@]}"
+  if "$PY" -m tools.judge.folds merge "$R/data" "$R/folds" --dev-teacher "$R/teacher.json" \
+       --out "$R/teacher-oof.json" >> "$R/folds.log" 2>&1; then
+    for s in $OOF_STUDENTS; do
+      run "minilm-oof-a${s%/*}-t${s#*/}" --base "$MINILM" --variants "$STUDENT_RECIPE" \
+        --device "$OOF_DEVICE" --teacher "$R/teacher-oof.json" --alpha "${s%/*}" \
+        --temperature "${s#*/}" &
+    done
+  else
+    echo "oof-merge failed" >> "$R/status"
+  fi
+fi
 wait
 
-python3 - "$R" <<'PY'
+"$PY" - "$R" <<'PY'
 import json, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 lines = ["| run | alpha | T | AUC | R@P0.99 | R@P0.95 | R@P0.90 | agree | s |",
@@ -73,17 +106,20 @@ for sweep in sorted(root.glob("*/sweep.json")):
         agree = r.get("agree")
         cells += ["" if agree is None else f"{agree:.3f}", r["seconds"]]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
+if list(root.glob("mpnet-fold*/sweep.json")):
+    lines.append("\nmpnet-fold*: scored on the half of train it did not train on, not on dev.")
 (root / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
 
 mkdir -p "$R/carry"
 rm -f "$R"/carry/*
-for pt in "$R"/*/best.pt; do
+for pt in "$R"/minilm*/best.pt "$R"/mpnet/best.pt; do  # not the folds' or seed 12's
   name=$(basename "$(dirname "$pt")")
   split -b 15M -d -a 2 "$pt" "$R/carry/$name.pt.part"
   echo "$(sha256sum < "$pt" | cut -d' ' -f1)  $name.pt" >> "$R/carry/SHA256SUMS"
 done
-tar -C "$R" -czf "$R/carry/summary.tar.gz" --exclude=carry --exclude=data --exclude='*.pt' .
+tar -C "$R" -czf "$R/carry/summary.tar.gz" --exclude=carry --exclude=data --exclude='*.pt' \
+  --exclude='*.jsonl' .
 ls -la "$R/carry"
 touch "$R/done"
