@@ -176,6 +176,7 @@ def test_the_gpu_script_runs_every_step_on_a_tiny_bert(tiny: tuple[Path, Path],
            "TEACHER_RECIPE": recipe, "STUDENT_RECIPE": recipe, "STUDENTS": "0.5/2",
            "OOF_STUDENTS": "1/2"}
     done = subprocess.run(["bash", "bench/gpu/judge20.sh", str(out)], env=env,
+                          cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     status = sorted((out / "status").read_text().split("\n"))

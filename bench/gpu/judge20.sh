@@ -41,7 +41,7 @@ for need in "$MPNET/config.json" "$MINILM/config.json" "$DATA/train.jsonl" "$DAT
   [ -e "$need" ] || { echo "judge20: $need is missing" >&2; exit 2; }
 done
 mkdir -p "$R/data"
-rm -f "$R/status" "$R/done" "$R/failed"
+rm -rf "$R/status" "$R/done" "$R/failed" "$R/folds" "$R/teacher.json" "$R/teacher-oof.json"
 cp "$DATA/train.jsonl" "$DATA/dev.jsonl" "$R/data/"  # the corpus as launched
 
 run() {  # NAME, then tools.judge.sweep's arguments (a later --data or --device wins)
@@ -80,7 +80,8 @@ for s in $STUDENTS; do
 done
 if [ -n "$OOF_DEVICE" ]; then
   wait "${FOLDS[@]}"
-  if "$PY" -m tools.judge.folds merge "$R/data" "$R/folds" --dev-teacher "$R/teacher.json" \
+  if grep -qx "mpnet-fold0 rc 0" "$R/status" && grep -qx "mpnet-fold1 rc 0" "$R/status" &&
+     "$PY" -m tools.judge.folds merge "$R/data" "$R/folds" --dev-teacher "$R/teacher.json" \
        --out "$R/teacher-oof.json" >> "$R/folds.log" 2>&1; then
     for s in $OOF_STUDENTS; do
       run "minilm-oof-a${s%/*}-t${s#*/}" --base "$MINILM" --variants "$STUDENT_RECIPE" \
@@ -115,6 +116,7 @@ PY
 mkdir -p "$R/carry"
 rm -f "$R"/carry/*
 for pt in "$R"/minilm*/best.pt "$R"/mpnet/best.pt; do  # not the folds' or seed 12's
+  [ -e "$pt" ] || continue
   name=$(basename "$(dirname "$pt")")
   split -b 15M -d -a 2 "$pt" "$R/carry/$name.pt.part"
   echo "$(sha256sum < "$pt" | cut -d' ' -f1)  $name.pt" >> "$R/carry/SHA256SUMS"

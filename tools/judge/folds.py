@@ -60,10 +60,15 @@ def merge(data: Path, out: Path, dev_teacher: Path) -> dict[str, Any]:
     if plan["train"] != fingerprint(pairs):
         raise ValueError(f"{out} was split from another train.jsonl than {data}'s")
     fold: dict[str, int] = plan["fold"]
-    scored = [iter(read_teacher(out / f"fold{i}" / "teacher.json",
-                                load(out / f"fold{i}" / "dev.jsonl"), "dev"))
-              for i in range(plan["k"])]
-    train = [next(scored[fold[p["family"]]]) for p in pairs]
+    if {p["family"] for p in pairs} != set(fold):
+        raise ValueError(f"{out}/folds.json assigns other families than {data}'s train.jsonl")
+    scored = [read_teacher(out / f"fold{i}" / "teacher.json",
+                           load(out / f"fold{i}" / "dev.jsonl"), "dev") for i in range(plan["k"])]
+    for i, logits in enumerate(scored):
+        if len(logits) != sum(fold[p["family"]] == i for p in pairs):
+            raise ValueError(f"fold{i} scored {len(logits)} pairs, not its share of train")
+    taken = [iter(logits) for logits in scored]
+    train = [next(taken[fold[p["family"]]]) for p in pairs]
     dev_logits = read_teacher(dev_teacher, dev, "dev")
 
     def part(rows: list[dict[str, Any]], logits: list[tuple[float, float]]) -> dict[str, Any]:
