@@ -91,10 +91,16 @@ def sweeps(results: Path, slo: str, point_s: float) -> list[Sweep]:
 
 def ratio_bracket(flag: Sweep, base: Sweep) -> tuple[float | None, float, float]:
     """(flag goodput / baseline goodput, and the lowest and highest ratio their brackets
-    allow); None when either met no rate."""
+    allow); None when either met no rate, or was cut before it missed one (its goodput then
+    only a lower bound: a cut round whose two sides met the first rate says nothing)."""
     (f_lo, f_hi), (b_lo, b_hi) = flag.bracket, base.bracket
-    est = f_lo / b_lo if f_lo and b_lo else None
+    est = f_lo / b_lo if f_lo and b_lo and not (open_ended(flag) or open_ended(base)) else None
     return est, f_lo / b_hi, (f_hi / b_lo if b_lo else math.inf)
+
+
+def open_ended(s: Sweep) -> bool:
+    """Cut by the budget before any rate was missed: no upper end, no capacity."""
+    return not s.finished and math.isinf(s.bracket[1])
 
 
 def combine(rounds: list[tuple[float | None, float, float]]) -> dict[str, Any]:
@@ -176,12 +182,16 @@ def report(results: Path, slo: str, point_s: float) -> str:
         "| max answered ratio [range] |", "|---|---|---|---|---|"]
     summary: dict[str, Any] = {"slo": slo, "point_s": point_s, "flags": []}
     for name, rounds in by_flag.items():
-        good = combine([ratio_bracket(f, b) for f, b in rounds])
-        caps = [f.answered / b.answered for f, b in rounds if f.answered and b.answered]
+        # a round cut before a side missed a rate bounds nothing: left out (when another is in)
+        told = [(f, b) for f, b in rounds if not (open_ended(f) or open_ended(b))] or rounds
+        good = combine([ratio_bracket(f, b) for f, b in told])
+        caps = [f.answered / b.answered for f, b in told if f.answered and b.answered]
         answered = {"estimate": math.prod(caps) ** (1 / len(caps)) if caps else None,
                     "low": min(caps, default=None), "high": max(caps, default=None),
                     "n": len(caps)}
-        lines.append(f"| {name} | {binds(results, name)} | {len(rounds)} | {ratio_text(good)} | "
+        used = str(len(rounds)) + (f" ({len(rounds) - len(told)} cut, left out)"
+                                   if len(told) < len(rounds) else "")
+        lines.append(f"| {name} | {binds(results, name)} | {used} | {ratio_text(good)} | "
                      f"{ratio_text(answered)} |")
         summary["flags"].append({"flag": name, "goodput_ratio": good, "answered_ratio": answered,
                                  "sweeps": [vars(s) | {"goodput": s.goodput,

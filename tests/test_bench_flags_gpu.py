@@ -109,6 +109,25 @@ def test_unbounded_unmet_cut_and_unpaired_sweeps_say_so(tmp_path):
     assert summary["flags"][0]["goodput_ratio"]["high"] is None
 
 
+def test_a_round_cut_before_either_side_missed_a_rate_adds_no_ratio(tmp_path):
+    # session 21: spec-suffix's round 2 was cut after one rung, both sides met it; its 1.0x
+    # entered the geometric mean (and 21.2 / 21.0 the capacity range) though it measured nothing
+    write(tmp_path, "spec-suffix", 1, "flag", 0, [22.78125, 34.171875, 51.2577],
+          {22.78125, 34.171875}, answered={22.78125: 22.0, 34.171875: 33.0, 51.2577: 44.0})
+    write(tmp_path, "spec-suffix", 1, "base", 1, [22.78125, 34.171875], {22.78125},
+          answered={22.78125: 22.0, 34.171875: 30.0})
+    for side, gpu in (("flag", 1), ("base", 0)):
+        write(tmp_path, "spec-suffix", 2, side, gpu, [22.78125], {22.78125},
+              answered={22.78125: 21.0}, finished=False)
+    text = report(tmp_path, SLO, 15.0)
+    assert "| spec-suffix | code_edit" in text
+    assert "| 2 (1 cut, left out) | **1.5×** [1, 2.25] | **1.47×**" in text
+    assert "| 2 | 1 / 0 | 22.8 [22.8, ∞) (cut) | 22.8 [22.8, ∞) (cut) | **–×** [0, ∞] |" in text
+    flag = json.loads((tmp_path / "summary.json").read_text())["flags"][0]
+    assert flag["answered_ratio"]["n"] == 1
+    assert flag["answered_ratio"]["estimate"] == pytest.approx(44 / 30)
+
+
 def test_the_plan_starts_each_server_once_per_device_with_its_pairs_kv():
     flags = [flag_named(n) for n in ("fp8-kv", "prefix-caching", "chunked-prefill")]
     assert [s.key for s in servers(flags)] == [
