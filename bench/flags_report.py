@@ -103,6 +103,12 @@ def open_ended(s: Sweep) -> bool:
     return not s.finished and math.isinf(s.bracket[1])
 
 
+def informative(rounds: list[tuple[Sweep, Sweep]]) -> list[tuple[Sweep, Sweep]]:
+    """The rounds that bound the ratio: a round cut before a side missed a rate bounds nothing
+    and is left out (unless every round was)."""
+    return [(f, b) for f, b in rounds if not (open_ended(f) or open_ended(b))] or rounds
+
+
 def combine(rounds: list[tuple[float | None, float, float]]) -> dict[str, Any]:
     """The rounds' ratios together: their geometric mean (with the GPUs swapped between rounds,
     a GPU's constant speed factor cancels) and the hull of their brackets."""
@@ -182,8 +188,7 @@ def report(results: Path, slo: str, point_s: float) -> str:
         "| max answered ratio [range] |", "|---|---|---|---|---|"]
     summary: dict[str, Any] = {"slo": slo, "point_s": point_s, "flags": []}
     for name, rounds in by_flag.items():
-        # a round cut before a side missed a rate bounds nothing: left out (when another is in)
-        told = [(f, b) for f, b in rounds if not (open_ended(f) or open_ended(b))] or rounds
+        told = informative(rounds)
         good = combine([ratio_bracket(f, b) for f, b in told])
         caps = [f.answered / b.answered for f, b in told if f.answered and b.answered]
         answered = {"estimate": math.prod(caps) ** (1 / len(caps)) if caps else None,
@@ -236,7 +241,7 @@ def plot(results: Path, slo: str, title: str, path: Path, point_s: float = 15.0)
     fig, axes = plt.subplots(1, 1 + max(1, len(by_flag)), figsize=(4 + 4 * len(by_flag), 4),
                              squeeze=False)
     names = list(by_flag)
-    ratios = [combine([ratio_bracket(f, b) for f, b in by_flag[n]]) for n in names]
+    ratios = [combine([ratio_bracket(f, b) for f, b in informative(by_flag[n])]) for n in names]
     est = [r["estimate"] or 0.0 for r in ratios]
     top = max([*est, 1.0]) * 2
     low = [max(0.0, e - r["low"]) for e, r in zip(est, ratios, strict=True)]
