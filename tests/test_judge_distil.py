@@ -197,3 +197,25 @@ def test_the_gpu_script_runs_every_step_on_a_tiny_bert(tiny: tuple[Path, Path],
     for name in ("minilm-oof-a1-t2", "minilm-plain", "mpnet"):
         joined = b"".join(p.read_bytes() for p in sorted((out / "carry").glob(f"{name}.pt.part*")))
         assert joined == (out / name / "best.pt").read_bytes()
+
+
+def test_judge_json_records_weights_made_elsewhere_by_their_hash_and_recipe(tmp_path: Path,
+                                                                            ) -> None:
+    import argparse
+    import hashlib
+
+    from tools.judge.train import trained_meta
+
+    weights = tmp_path / "best.pt"
+    weights.write_bytes(b"state dict")
+    common = {"data": "d", "out": "o", "seed": 11, "epochs": 5, "lr": 8e-5, "batch": 32,
+              "floor": 0.4, "pooling": "mean", "base": "b", "quant": "per-channel",
+              "threads": 2, "calibrate_only": False}
+    meta = trained_meta(argparse.Namespace(**common, weights=weights,
+                                           recipe="sweep 5/2e-5/mean/12/32 on an H200"))
+    # the local training options did not make these weights: not recorded as if they had
+    assert not {"seed", "epochs", "lr", "batch"} & set(meta)
+    assert meta["recipe"] == "sweep 5/2e-5/mean/12/32 on an H200"
+    assert meta["weights_sha256"] == hashlib.sha256(b"state dict").hexdigest()
+    here = trained_meta(argparse.Namespace(**common, weights=None, recipe=None))
+    assert here["lr"] == "8e-05" and here["seed"] == "11" and "recipe" not in here

@@ -16,6 +16,7 @@ test.jsonl is not read here. --calibrate-only redoes the calibration of the mode
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import random
 import shutil
@@ -274,6 +275,20 @@ def reference(pairs: list[dict[str, Any]], logits: list[float], count: int = 32,
             for k in picks]
 
 
+def trained_meta(args: argparse.Namespace) -> dict[str, str]:
+    """What judge.json says of how the model was made: this command's options, or, for weights
+    trained elsewhere, their file, its SHA-256 and --recipe (the local training options, which
+    did not apply, left out)."""
+    skip = {"calibrate_only", "threads", "recipe"}
+    if args.weights:
+        skip |= {"seed", "epochs", "lr", "batch"}
+    meta = {k: str(v) for k, v in vars(args).items() if k not in skip}
+    if args.weights:
+        meta["weights_sha256"] = hashlib.sha256(args.weights.read_bytes()).hexdigest()
+        meta["recipe"] = args.recipe or "not given"
+    return meta
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.judge.train")
     parser.add_argument("--data", type=Path, default=Path("tests/data/judge"))
@@ -293,6 +308,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", type=Path, default=None,
                         help="trained weights (a state dict, e.g. from tools.judge.sweep on a "
                              "GPU) to export and calibrate instead of training here")
+    parser.add_argument("--recipe", default=None,
+                        help="with --weights: how they were trained (e.g. 'tools.judge.sweep "
+                             "5/2e-5/mean/12/32 on an H200'), recorded in judge.json instead "
+                             "of this command's unused training options")
     parser.add_argument("--calibrate-only", action="store_true",
                         help="keep the model in --out, redo its calibration on dev")
     args = parser.parse_args(argv)
@@ -318,8 +337,7 @@ def main(argv: list[str] | None = None) -> None:
         export(model, tok, args.out, base, per_channel=args.quant == "per-channel")
         meta = {"model": "judge.onnx", "max_tokens": MAX_TOKENS, "floor": args.floor,
                 "confidence": 0.95, "table": [],
-                "trained": {k: str(v) for k, v in vars(args).items()
-                            if k not in ("calibrate_only", "threads")}}
+                "trained": trained_meta(args)}
         (args.out / "judge.json").write_bytes(orjson.dumps(meta))
     judge = Judge.open(0.01, args.out, threads=args.threads)
     logits = judge.logits([(p["a"], p["b"]) for p in dev])
