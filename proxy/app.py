@@ -32,7 +32,7 @@ from proxy.tokens import AutoCounter, TokenCounter
 from proxy.transport import Transport
 from proxy.types import AnswerCache, TextCounter
 from proxy.upstream import METADATA_WAIT, Upstream, make_transport
-from proxy.version import VersionCache
+from proxy.version import ModelsCache, VersionCache
 
 log = logging.getLogger("proxy.app")
 
@@ -66,7 +66,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                counter: TokenCounter | None = None, freeze_gc: bool = False,
                clock: Callable[[], float] = time.monotonic) -> Starlette:
     """transport, counter and clock are for tests (a fake vLLM, a fake tokenizer, the time
-    that the kept answers of /version and /ready age by);
+    that the kept answers of /version, /v1/models and /ready age by);
     freeze_gc is for the server process (python -m proxy serve), never for apps in tests."""
 
     @asynccontextmanager
@@ -103,6 +103,8 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                                                 handler.finish.done)
             app.state.version = version = VersionCache(
                 lambda: upstream.fetch("GET", "/version", wait=METADATA_WAIT), clock=clock)
+            app.state.models = models = ModelsCache(
+                lambda: upstream.fetch("GET", "/v1/models", wait=METADATA_WAIT), clock=clock)
             app.state.ready = ready = Readiness(upstream, clock=clock)
             log.info("ready", extra={"fields": {
                 "msg": "proxy started", "upstreams": list(settings.upstreams),
@@ -129,6 +131,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                 await app.state.handler.drain()  # streams handed over to followers end first
                 await app.state.handler.aclose()
                 await version.aclose()
+                await models.aclose()
                 await ready.aclose()
                 await cache.aclose()
         finally:

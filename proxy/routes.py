@@ -20,8 +20,7 @@ from proxy.passthrough import CANCEL, STORED, Passthrough
 from proxy.readiness import Readiness
 from proxy.receive import request_id
 from proxy.sending import error_response, json_response
-from proxy.upstream import METADATA_WAIT
-from proxy.version import VersionCache
+from proxy.version import ModelsCache, VersionCache
 
 log = logging.getLogger("proxy.routes")
 
@@ -67,11 +66,14 @@ async def cancel_response(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
+    """vLLM's GET /v1/models behind the API key, as vLLM guards it; one upstream call at a time,
+    its answer kept 5 s (proxy/version.py). No admission slot nor key limits: vLLM limits it
+    in no way, and a flood of it costs the upstreams one call at a time whoever sends it."""
     d = _deps(request)
+    kept: ModelsCache = request.app.state.models
     try:
         d.keys.tenant(request)
-        response = json_response(await d.upstream.fetch("GET", "/v1/models",
-                                                         wait=METADATA_WAIT))
+        response = json_response(await kept.get())
     except ProxyError as err:
         response = error_response(err)
     d.metrics.requests.labels("/v1/models", str(response.status_code)).inc()

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from proxy.settings import Settings
-from tests.support.fake_upstream import FakeVllm
+from tests.support.fake_upstream import FakeReply, FakeVllm
 from tests.support.proxy_app import proxy_client
 
 
@@ -79,3 +79,48 @@ async def test_version_is_not_a_way_to_the_upstream_for_anyone() -> None:
         got = await asyncio.gather(*(c.get("/version") for _ in range(20)))
     assert all(g.status_code == 200 and g.json() == {"version": "0.32.0"} for g in got)
     assert len([r for r in fake.requests if r.url.endswith("/version")]) == 1
+
+
+async def test_models_is_not_a_way_to_the_upstream_for_anyone() -> None:
+    # found by a probe: GET /v1/models was one upstream call per request, outside admission
+    # and the key's limits: 40 at once were 40 upstream calls (each a pooled connection) with
+    # PROXY_MAX_INFLIGHT=2 and a key allowed 1 request a minute, 1 at a time. Now one call at
+    # a time, its answer kept (the clock stands still here); vLLM's answer to every client
+    fake = FakeVllm()
+    s = Settings(upstreams=("http://vllm:8000",), cache="off", api_keys=("k1",), max_inflight=2,
+                 max_waiting=0, key_limits='{"*": {"rpm": 1, "concurrent": 1}}')
+    auth = {"authorization": "Bearer k1"}
+    async with proxy_client(s, transport=fake.transport, clock=lambda: 0.0) as c:
+        before = len(fake.completions("/v1/models"))  # the catalog's, at start
+        got = await asyncio.gather(*(c.get("/v1/models", headers=auth) for _ in range(40)))
+        keyless = await c.get("/v1/models")
+        sent = len(fake.completions("/v1/models")) - before
+    vllms = await fake.handle("GET", "http://vllm:8000/v1/models", {}, b"")
+    assert sent == 1, f"{sent} upstream /v1/models calls for 40 requests"
+    # vLLM does not limit /v1/models: neither do the key's limits (its key is still checked)
+    assert all(g.status_code == 200 and g.content == vllms.content for g in got)
+    assert all(g.headers["content-type"] == "application/json" for g in got)
+    assert keyless.status_code == 401
+
+
+async def test_a_failed_models_answer_is_passed_on_and_not_kept() -> None:
+    # vLLM's error reaches the client as vLLM sent it; the next request asks again
+    fake = FakeVllm()
+    original = fake.handle
+    failing = [True]
+
+    async def handle(method: str, url: str, headers: dict[str, str], body: bytes) -> FakeReply:
+        if url.endswith("/v1/models") and failing[0]:
+            return FakeReply(500, json_body={"error": {"message": "engine busy"}})
+        return await original(method, url, headers, body)
+
+    fake.handle = handle  # type: ignore[method-assign]
+    async with proxy_client(Settings(upstreams=("http://vllm:8000",), cache="off"),
+                            transport=fake.transport, clock=lambda: 0.0) as c:
+        failed = await c.get("/v1/models")
+        failing[0] = False
+        answered = await c.get("/v1/models")
+        again = await c.get("/v1/models")
+    assert failed.status_code == 500 and failed.json()["error"]["message"] == "engine busy"
+    assert answered.status_code == again.status_code == 200
+    assert answered.json()["data"][0]["id"] == "tiny"
