@@ -94,13 +94,14 @@ class CompletionHandler:
         # before the key is charged: a prompt that leaves no room is refused as vLLM refuses it
         out_limit = policy.output_limit(s.max_output_tokens, model.max_model_len, input_tokens,
                                         batch=trace.weight > 1)
+        body = policy.force_greedy(clipped.body) if s.greedy else clipped.body
+        # a min_tokens above PROXY_MAX_OUTPUT_TOKENS is refused here too, before the charge
+        body, asked = policy.cap_output(kind, body, out_limit, s.max_output_tokens)
         if trace.lease is not None:
             await self.limits.spend(tenant, trace.lease, input_tokens * trace.weight)
         if clipped.truncated:
             headers["X-Proxy-Input-Truncated"] = clipped.header()
             d.metrics.clipped.labels("input_truncated").inc()
-        body = policy.force_greedy(clipped.body) if s.greedy else clipped.body
-        body, asked = policy.cap_output(kind, body, out_limit)
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{out_limit}"
             d.metrics.clipped.labels("output").inc()

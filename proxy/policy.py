@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy import effective
-from proxy.errors import VllmValueError, no_output_room
+from proxy.errors import BadRequest, VllmValueError, no_output_room
 from proxy.types import Kind
 
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "n": 1}
@@ -59,8 +59,8 @@ def output_limit(max_output: int, context_len: int | None, input_tokens: int,
     return max_output if batch else min(max_output, room)
 
 
-def cap_output(kind: Kind, body: dict[str, Any],
-               limit: int) -> tuple[dict[str, Any], int | None]:
+def cap_output(kind: Kind, body: dict[str, Any], limit: int,
+               cap: int | None = None) -> tuple[dict[str, Any], int | None]:
     """Cap the output length vLLM will apply (proxy/effective.py: the field it reads) at limit,
     or, when the client set none that vLLM reads, set max_tokens to vLLM's own default capped
     at limit (completions: 16; chat: none, so the limit). Returns the new body and what the
@@ -68,15 +68,35 @@ def cap_output(kind: Kind, body: dict[str, Any],
 
     Only a length vLLM accepts is capped (check_lengths refused the others first): a length
     that fits the context but not beside the prompt is vLLM's 200 (it runs what is left), and
-    the cap's."""
+    the cap's.
+
+    `cap` is PROXY_MAX_OUTPUT_TOKENS: where it is the limit (not the room the prompt leaves,
+    which vLLM applies alike) and lowers the length below the client's `min_tokens`, the
+    request is refused here, naming it (found by a probe: sent on, vLLM answered "min_tokens
+    must be less than or equal to max_tokens=512", a max_tokens the client never sent)."""
     field = effective.length_field(kind, body)
     asked = body.get(field)
     if asked is None:
         default = effective.output_tokens(kind, body)  # completions: 16; chat: None
+        if default is None or default > limit:
+            _check_floor(body, limit, cap)
         return {**body, "max_tokens": limit if default is None else min(default, limit)}, None
     if not isinstance(asked, int) or isinstance(asked, bool) or asked <= limit:
         return body, None
+    _check_floor(body, limit, cap)
     return {**body, field: limit}, asked
+
+
+def _check_floor(body: dict[str, Any], limit: int, cap: int | None) -> None:
+    """The proxy's 400 when its cap, lowering the output length to `limit`, leaves less than
+    the client's min_tokens."""
+    floor = body.get("min_tokens")
+    if cap is None or limit < cap or not isinstance(floor, int) or isinstance(floor, bool) \
+            or floor <= limit:
+        return
+    raise BadRequest(f"min_tokens={floor} is above this proxy's output cap, "
+                     f"PROXY_MAX_OUTPUT_TOKENS={cap}: no answer here is longer than {cap} "
+                     f"tokens. Send a min_tokens of at most {cap}.", param="min_tokens")
 
 
 def with_usage(body: dict[str, Any]) -> dict[str, Any]:

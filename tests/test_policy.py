@@ -3,9 +3,10 @@ import json
 import httpx
 import pytest
 
-from proxy.errors import VllmValueError
+from proxy.errors import BadRequest, VllmValueError
 from proxy.policy import cap_output, check_lengths, force_greedy, output_limit, with_usage
 from proxy.settings import Settings
+from tests.support.fake_upstream import FakeVllm
 from tests.support.proxy_app import proxy_client
 
 
@@ -38,6 +39,58 @@ def test_cap_output():
     assert cap_output("chat", {"max_tokens": 500}, 100) == ({"max_tokens": 100}, 500)
     body, asked = cap_output("chat", {"max_completion_tokens": 900, "max_tokens": 20}, 100)
     assert body == {"max_completion_tokens": 100, "max_tokens": 20} and asked == 900
+
+
+def _over_cap(min_tokens: int, cap: int) -> dict[str, object]:
+    return {"message": f"min_tokens={min_tokens} is above this proxy's output cap, "
+                       f"PROXY_MAX_OUTPUT_TOKENS={cap}: no answer here is longer than {cap} "
+                       f"tokens. Send a min_tokens of at most {cap}.",
+            "type": "invalid_request_error", "param": "min_tokens", "code": None}
+
+
+def test_the_cap_below_min_tokens_is_the_proxys_400_naming_the_cap():
+    # the cap lowered the length vLLM would run below the client's min_tokens: sent on, vLLM
+    # answered "min_tokens must be less than or equal to max_tokens=512, got 600", naming a
+    # max_tokens the client never sent
+    for body in ({"min_tokens": 600}, {"min_tokens": 600, "max_tokens": 1000},
+                 {"min_tokens": 600, "max_completion_tokens": 1000, "max_tokens": 5}):
+        with pytest.raises(BadRequest) as info:
+            cap_output("chat", body, 512, cap=512)
+        assert info.value.body()["error"] == _over_cap(600, 512), body
+    with pytest.raises(BadRequest):  # completions: below vLLM's own default 16 too
+        cap_output("completions", {"min_tokens": 10}, 8, cap=8)
+    assert cap_output("chat", {"min_tokens": 512, "max_tokens": 900}, 512, cap=512) == (
+        {"min_tokens": 512, "max_tokens": 512}, 900)  # at the cap: capped as before
+    # where the proxy lowers nothing, or only to what vLLM itself would run, vLLM's own 400
+    # is the answer, as without the proxy: a client's own max_tokens below its min_tokens,
+    # completions' default 16, the room the prompt leaves (vLLM runs no more either)
+    for kind, body, limit in (("chat", {"min_tokens": 600, "max_tokens": 100}, 512),
+                              ("completions", {"min_tokens": 600}, 512),
+                              ("chat", {"min_tokens": 600}, 300)):
+        capped, _ = cap_output(kind, body, limit, cap=512)  # type: ignore[arg-type]
+        assert capped["min_tokens"] > capped["max_tokens"]
+
+
+async def test_min_tokens_above_the_cap_is_refused_before_vllm():
+    fake = FakeVllm()  # a 2048-token context: vLLM itself runs 600 tokens and more
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "write a lot"}]}
+    async with proxy_client(Settings(upstreams=("http://vllm:8000",), cache="exact"),
+                            transport=fake.transport) as c:
+        refused = [await c.post("/v1/chat/completions", json={**chat, **extra})
+                   for extra in ({"min_tokens": 600}, {"min_tokens": 600, "max_tokens": 1000},
+                                 {"min_tokens": 600, "stream": True})]
+        within, again = [await c.post("/v1/chat/completions",
+                                      json={**chat, "min_tokens": 100, "max_tokens": 1000})
+                         for _ in range(2)]
+    assert all(r.status_code == 400 and r.json()["error"] == _over_cap(600, 512)
+               for r in refused), [r.text for r in refused]
+    assert [(r.json["min_tokens"], r.json["max_tokens"]) for r in fake.completions()] == [
+        (100, 512)]
+    assert within.status_code == 200
+    assert within.headers["x-proxy-max-tokens-clipped"] == "1000->512"
+    # the cache keys the body sent (max_tokens 512): the same request again is its hit
+    assert (within.headers["x-cache"], again.headers["x-cache"]) == ("MISS", "HIT")
+    assert again.json()["choices"] == within.json()["choices"]
 
 
 def test_a_length_past_the_models_context_is_vllms_400_not_capped():
