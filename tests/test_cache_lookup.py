@@ -214,3 +214,30 @@ async def test_a_stream_after_a_json_answer_is_a_miss_then_replays_its_own_chunk
         assert json_hit.answer["choices"][0]["message"]["content"] == " 1721 1027"
     finally:
         await cache.aclose()
+
+
+async def test_twins_of_an_answer_that_cannot_be_stored_all_go_upstream_at_once(
+        registry: CollectorRegistry) -> None:
+    # found by a probe: a leader whose answer the cache refuses (finish tool_calls, as agents'
+    # tools requests end) woke its twins as if it had stored it; each looked again, missed,
+    # and the first led a new round while the others waited again (5 twins of a 1 s answer
+    # took 4 s, upstream one after another)
+    cache = await open_cache(registry=registry, config=CacheConfig(mode="exact"))
+    assert cache is not None
+    try:
+        first = await cache.lookup(chat("Call the weather tool"))
+        twins = [asyncio.create_task(cache.lookup(chat("Call the weather tool")))
+                 for _ in range(4)]
+        await waiting(registry, 4)
+        await cache.store(first.ticket, completion("", finish="tool_calls"))
+        done, pending = await asyncio.wait(twins, timeout=5)
+        assert not pending, f"{len(pending)} of 4 twins still wait for another leader"
+        results = [t.result() for t in done]
+        assert all(r.status == "miss" and r.ticket is not None for r in results)
+        assert metric(registry, "proxy_cache_single_flight_fallbacks_total",
+                      reason="unstored") == 4
+        for r in results:  # their own answers are refused alike; nobody waits on them
+            await cache.store(r.ticket, completion("", finish="tool_calls"))
+        assert (await cache.stats())["in_flight"] == 0
+    finally:
+        await cache.aclose()

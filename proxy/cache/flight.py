@@ -17,15 +17,23 @@ follower gets an OpenAI-shaped error event, never a cut answer presented as comp
 Bound: a flight takes no new follower once the leader's events pass max_bytes (a late follower
 would replay all of them first); such a follower goes upstream itself (a fallback). Followers
 already on it go on: they hold only an index into the list the leader keeps anyway.
+
+Flights: one replica's flights in progress (lookup.py's single flight, JSON and streams), and
+how each leader ended, which its waiting twins act on (Ended).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 State = Literal["live", "done", "failed"]
+# how a flight's leader ended: with an answer found or stored (its twins look again), with an
+# answer the cache could not store (they go upstream at once: a twin leading another round
+# would get no more), or failed or left (one of them leads next)
+Ended = Literal["answered", "unstored", "failed"]
 
 
 class Flight:
@@ -95,3 +103,31 @@ class Flight:
             if self.state != "live":
                 return
             await self._changed.wait()
+
+
+@dataclass(slots=True)
+class Flights:
+    waiting: dict[str, asyncio.Future[Ended]] = field(default_factory=dict)  # each leader's end
+    live: dict[str, Flight] = field(default_factory=dict)  # streaming leaders
+    unstreamed: set[str] = field(default_factory=set)  # flights whose leader is not a stream
+
+    def end(self, flight: str, ended: Ended) -> int:
+        """The flight's leader ended: its twins wake. Returns the live followers its failure
+        broke (they get an error event)."""
+        self.unstreamed.discard(flight)
+        fut = self.waiting.pop(flight, None)
+        if fut is not None and not fut.done():
+            fut.set_result(ended)
+        live = self.live.pop(flight, None)
+        if live is None:
+            return 0
+        live.finish(ended != "failed")
+        return live.followers if ended == "failed" else 0
+
+    def close(self) -> None:
+        """At shutdown: every flight still in progress fails."""
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_result("failed")
+        for live in self.live.values():
+            live.finish(False)

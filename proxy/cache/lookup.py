@@ -4,7 +4,8 @@ lookup(req):  policy gate -> keys -> exact key in the store -> the semantic tier
 embed, nearest stored questions, rules, the learned judge) unless exact-only -> the hit served
 for this max_tokens (serve.py).  A miss returns a ticket; identical misses (same exact key and
 max_tokens) wait for the first one's answer instead of going upstream (single flight; a stream
-never waits for a JSON request's answer, which does not answer it, but for another stream's);
+never waits for a JSON request's answer, which does not answer it, but for another stream's;
+an answer the cache cannot store sends every waiting twin upstream at once);
 with several replicas on one Redis the leader first claims the flight there, and a replica that
 finds it claimed waits for the stored answer (claims.py), streams and JSON apart there too
 (claims.lead). Store errors bypass the cache, never fail the request.
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from proxy.cache.claims import Claims, NoClaims, claimed, lead
 from proxy.cache.config import CacheConfig
 from proxy.cache.entry import Entry, storable
-from proxy.cache.flight import Flight
+from proxy.cache.flight import Ended, Flight, Flights
 from proxy.cache.keys import RequestKeys, request_keys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.semantic import SemanticTier
@@ -45,14 +46,6 @@ class Ticket:
     claims: list[str] = field(default_factory=list)  # the flights it leads across replicas
 
 
-@dataclass(slots=True)
-class _Flights:
-    # each leader's end: True when it found or stored an answer (its twins look again then)
-    waiting: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
-    live: dict[str, Flight] = field(default_factory=dict)  # streaming leaders (flight.py)
-    unstreamed: set[str] = field(default_factory=set)  # flights whose leader is not a stream
-
-
 class SemanticCache:
     def __init__(self, cfg: CacheConfig, store: Store, metrics: CacheMetrics,
                  embedder: Embedder | None = None, count: TextCounter | None = None,
@@ -65,7 +58,7 @@ class SemanticCache:
         self.semantic = SemanticTier(cfg, store, metrics, embedder, judge, count) \
             if embedder is not None else None
         self._identity = embedder.identity if embedder is not None else "none"
-        self._flights = _Flights()
+        self._flights = Flights()
 
     async def lookup(self, req: CacheRequest) -> CacheResult:
         start = time.perf_counter()
@@ -129,22 +122,28 @@ class SemanticCache:
                         return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
                     if live.state == "failed":
                         self.metrics.single_flight_fallbacks.labels("leader_failed").inc()
-                    ended_well = live.state == "done"
+                    # not yet ended when its stream was stopped (nobody read it): failed
+                    ended: Ended = waiting.result() if waiting.done() else "failed"
                 else:
                     self.metrics.single_flight_waits.inc()
                     try:
-                        ended_well = await asyncio.wait_for(asyncio.shield(waiting),
-                                                            self.cfg.wait_s)
+                        ended = await asyncio.wait_for(asyncio.shield(waiting), self.cfg.wait_s)
                     except TimeoutError:
                         break
-                if ended_well:
-                    # the leader found or stored an answer: every twin looks again at once,
-                    # not one at a time as each re-look's leader (each wait one of their
-                    # tries: with the store in Redis the fourth twin went upstream although
-                    # the answer was stored; found by a review)
+                if ended != "failed":
+                    # the leader's answer came: every twin looks again at once, not one at a
+                    # time as each re-look's leader (each wait one of their tries: with the
+                    # store in Redis the fourth twin went upstream although the answer was
+                    # stored; found by a review)
                     hit, _ = await self._find(keys, None, req.exact_only, streams)
                     if hit is not None:
                         return hit
+                if ended == "unstored":
+                    # nothing stored (a tool call, an error): a twin leading a new round would
+                    # get the same, so all go now, not one round after another (found by a
+                    # probe: 5 twins of a 1 s tool call took 4 s)
+                    self.metrics.single_flight_fallbacks.labels("unstored").inc()
+                    break
         except StoreUnavailable:
             self.metrics.backend_errors.labels("lookup").inc()
             return BYPASS
@@ -164,16 +163,16 @@ class SemanticCache:
             hit, own.vector = await self._find(keys, hook, req.exact_only, streams)
             leads = hit is None and await lead(self.claims, _twins(keys), streams, own.claims)
         except BaseException:
-            self._release(own, False)
+            self._release(own, "failed")
             await self._unclaim(own)  # cancelled between a stream's two claims: the first
             raise
         if hit is not None:
-            self._release(own, True)
+            self._release(own, "answered")
             return hit
         if leads:
             return CacheResult(status="miss", ticket=own)
         if hedged:  # this one's upstream call is under way already: keep it
-            self._release(own, True)
+            self._release(own, "answered")
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, own.vector))
         # another replica leads it: local twins keep waiting for this one, which waits for
         # that replica's answer (woken at once, they each claimed in turn, one try each)
@@ -181,7 +180,7 @@ class SemanticCache:
         try:
             await self.claims.settled(claimed(_twins(keys), streams), self.cfg.wait_s)
         finally:
-            self._release(own, True)
+            self._release(own, "answered")
         return None
 
     async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None,
@@ -199,18 +198,21 @@ class SemanticCache:
     async def store(self, ticket: object, completion: Completion) -> None:
         if not isinstance(ticket, Ticket) or ticket.done:
             return
+        ended: Ended = "unstored"
         try:
-            await self._store(ticket, completion)
+            if await self._store(ticket, completion):
+                ended = "answered"
         except StoreUnavailable:
             self.metrics.backend_errors.labels("store").inc()
         finally:
-            self._release(ticket, True)
+            self._release(ticket, ended)
             await self._unclaim(ticket)
 
-    async def _store(self, ticket: Ticket, completion: Completion) -> None:
+    async def _store(self, ticket: Ticket, completion: Completion) -> bool:
+        """True when the answer is in the store (this one, or the older one kept)."""
         if not storable(completion.body):
             self.metrics.stores.labels("refused").inc()
-            return
+            return False
         keys, vector = ticket.keys, ticket.vector
         if vector is None and self.cfg.mode == "semantic" and self.embedder is not None \
                 and keys.text is not None:
@@ -228,10 +230,11 @@ class SemanticCache:
         if stored is not None and vector is not None and self.semantic is not None:
             await asyncio.to_thread(self.semantic.index.add, stored.partition, stored.id, vector)
         self.metrics.entries.set(await self.db.count())
+        return True
 
     async def abandon(self, ticket: object) -> None:
         if isinstance(ticket, Ticket) and not ticket.done:
-            self._release(ticket, False)
+            self._release(ticket, "failed")
             await self._unclaim(ticket)
 
     async def _unclaim(self, ticket: Ticket) -> None:
@@ -245,18 +248,11 @@ class SemanticCache:
             live.attach(events)
         return live
 
-    def _release(self, ticket: Ticket, finished: bool) -> None:
+    def _release(self, ticket: Ticket, ended: Ended) -> None:
         ticket.done = True
-        if ticket.flight is not None:
-            self._flights.unstreamed.discard(ticket.flight)
-            fut = self._flights.waiting.pop(ticket.flight, None)
-            if fut is not None and not fut.done():
-                fut.set_result(finished)
-            live = self._flights.live.pop(ticket.flight, None)
-            if live is not None:
-                live.finish(finished)
-                if not finished and live.followers:
-                    self.metrics.single_flight_broken.inc(live.followers)
+        broken = self._flights.end(ticket.flight, ended) if ticket.flight is not None else 0
+        if broken:
+            self.metrics.single_flight_broken.inc(broken)
 
     async def stats(self) -> dict[str, Any]:
         return {"mode": self.cfg.mode, "threshold": self.cfg.threshold,
@@ -279,11 +275,7 @@ class SemanticCache:
         return int(removed)
 
     async def aclose(self) -> None:
-        for fut in self._flights.waiting.values():
-            if not fut.done():
-                fut.set_result(False)
-        for live in self._flights.live.values():
-            live.finish(False)
+        self._flights.close()
         await self.claims.aclose()
         if self.embedder is not None:
             await self.embedder.aclose()

@@ -51,7 +51,8 @@ class CacheMetrics:
             "proxy_cache_single_flight_fallbacks_total",
             "Identical misses that went upstream themselves instead of following the one in "
             "flight: overflow (its stream passed the buffer bound), leader_failed (before its "
-            "first event), timeout", ["reason"], registry=reg)
+            "first event), timeout, unstored (its answer could not be stored)", ["reason"],
+            registry=reg)
         self.single_flight_broken = Counter(
             "proxy_cache_single_flight_broken_total",
             "Live followers ended with an error event: the stream they followed failed",
