@@ -4,7 +4,10 @@ A request weighs as many slots as it carries prompts (a batch of 8 prompts is 8 
 vLLM). With API keys, no key holds more than its share of the slots (PROXY_TENANT_SHARE): a key
 over its share waits while other keys' requests go past it in the queue; and no key fills more
 than the same share of the queue (one key's queued requests refused every other key's at once,
-found by a review)."""
+found by a review).
+
+CountGate bounds what a request asks of vLLM before it reaches admission: counting its tokens
+with vLLM's /tokenize when no tokenizer is loaded here (tokens.RemoteCounter)."""
 
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ class Admission:
         self._queue: deque[_Waiter] = deque()
         self.retry_after = str(max(1, math.ceil(timeout)))
 
-    def _refuse(self, why: str) -> TooManyRequests:
+    def refuse(self, why: str) -> TooManyRequests:
         self.metrics.rejected.inc()
         return TooManyRequests(f"the proxy is at capacity ({self.inflight} of {self.limit} slots "
                                f"in use, {why}); retry later",
@@ -69,10 +72,10 @@ class Admission:
             self._take(tenant, weight)
             return
         if len(self._queue) >= self.max_waiting:
-            raise self._refuse(f"{len(self._queue)} waiting")
+            raise self.refuse(f"{len(self._queue)} waiting")
         mine = self.queued.get(tenant, 0)
         if mine >= self.wait_cap:
-            raise self._refuse(f"this key has {mine} requests waiting, its share of the queue")
+            raise self.refuse(f"this key has {mine} requests waiting, its share of the queue")
         waiter = _Waiter(tenant, weight)
         self._queue.append(waiter)
         self.queued[tenant] = mine + 1
@@ -89,7 +92,7 @@ class Admission:
             else:
                 self.release(tenant, weight)
             if isinstance(exc, TimeoutError):
-                raise self._refuse(f"no slot within {self.timeout:g} s") from None
+                raise self.refuse(f"no slot within {self.timeout:g} s") from None
             raise
         finally:
             self.metrics.waiting.dec()
@@ -129,3 +132,26 @@ class Admission:
             yield
         finally:
             self.release(tenant, weight)
+
+
+class CountGate:
+    """At most as many /tokenize calls at once as admission holds and queues (limit +
+    max_waiting): one more is refused as admission refuses a request it cannot queue (429,
+    Retry-After), at once, without a call; more requests counting than that could not all be
+    admitted anyway. (Found by a probe: counting came before admission, so 40 chats at once
+    made 40 concurrent /tokenize calls with PROXY_MAX_INFLIGHT=2 and PROXY_MAX_WAITING=0.)"""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.size = admission.limit + admission.max_waiting
+        self.busy = 0
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        if self.busy >= self.size:
+            raise self.admission.refuse(f"{self.busy} token counts at vLLM in progress")
+        self.busy += 1
+        try:
+            yield
+        finally:
+            self.busy -= 1

@@ -13,7 +13,7 @@ from typing import Any
 import anyio.lowlevel
 from starlette.applications import Starlette
 
-from proxy.admission import Admission
+from proxy.admission import Admission, CountGate
 from proxy.balancer import Balancer
 from proxy.catalog import Catalog
 from proxy.deps import Deps
@@ -79,7 +79,13 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
         balancer = Balancer(settings.upstreams, settings.upstream_backoff, make_policy(settings))
         upstream = Upstream(transport or make_transport(settings), balancer, metrics,
                             settings.max_answer_bytes)
-        auto = AutoCounter(upstream.fetch, settings.tokenizer)
+        # Each of PROXY_WORKERS processes takes its part of the whole bound.
+        admission = Admission(_part(settings.max_inflight, settings.workers),
+                              _part(settings.max_waiting, settings.workers),
+                              settings.queue_timeout, metrics,
+                              settings.tenant_share if settings.api_keys else 1.0)
+        # counting at vLLM comes before admission: bounded by it (admission.CountGate)
+        auto = AutoCounter(upstream.fetch, settings.tokenizer, CountGate(admission).hold)
         catalog = Catalog(upstream, on_models=auto.on_models if counter is None else None)
         try:
             await auto.start()
@@ -90,12 +96,7 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
             chosen = counter or auto
             cache = await build_cache(settings, metrics, auto.count_sync())
             deps = Deps(settings=settings, upstream=upstream, catalog=catalog, counter=chosen,
-                        cache=cache, metrics=metrics,
-                        # Each of PROXY_WORKERS processes takes its part of the whole bound.
-                        admission=Admission(_part(settings.max_inflight, settings.workers),
-                                            _part(settings.max_waiting, settings.workers),
-                                            settings.queue_timeout, metrics,
-                                            settings.tenant_share if settings.api_keys else 1.0),
+                        cache=cache, metrics=metrics, admission=admission,
                         keys=KeyRing(settings.api_keys))
             app.state.deps = deps
             app.state.handler = handler = CompletionHandler(deps)

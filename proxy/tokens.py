@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -24,6 +25,9 @@ INLINE_CHARS = 4096  # inputs larger than this are tokenized off the event loop
 MESSAGE_CHARS = 32  # what one message weighs in that guess beyond its text (role, template)
 
 Messages = list[dict[str, Any]]
+# held around each call to vLLM's /tokenize or /detokenize (admission.CountGate.hold): it may
+# refuse the call (429), as admission refuses a request it has no room for
+Gate = Callable[[], AbstractAsyncContextManager[None]]
 
 
 class Fetch(Protocol):
@@ -153,15 +157,18 @@ class LocalCounter:
 
 
 class RemoteCounter:
-    """vLLM's POST /tokenize and /detokenize, when no tokenizer is available here."""
+    """vLLM's POST /tokenize and /detokenize, when no tokenizer is available here; each call
+    within `gate` (a request counted here has no admission slot yet)."""
 
-    def __init__(self, fetch: Fetch) -> None:
+    def __init__(self, fetch: Fetch, gate: Gate = nullcontext) -> None:
         self.fetch = fetch
+        self.gate = gate
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            content = await self.fetch("POST", path, openai.dumps(body),
-                                       {"content-type": "application/json"})
+            async with self.gate():
+                content = await self.fetch("POST", path, openai.dumps(body),
+                                           {"content-type": "application/json"})
         except UpstreamHTTPError as exc:
             raise BadRequest(f"vLLM could not tokenize the input: "
                              f"{exc.content.decode('utf-8', 'replace')[:500]}") from None
@@ -224,10 +231,10 @@ def _load_if_present(path: str) -> LocalCounter | None:
 
 class AutoCounter:
     """PROXY_TOKENIZER if set (it must load); else the model path vLLM reports, if it exists
-    here (tried once, when first known); else vLLM's /tokenize."""
+    here (tried once, when first known); else vLLM's /tokenize (within `gate`)."""
 
-    def __init__(self, fetch: Fetch, configured: str | None) -> None:
-        self.remote = RemoteCounter(fetch)
+    def __init__(self, fetch: Fetch, configured: str | None, gate: Gate = nullcontext) -> None:
+        self.remote = RemoteCounter(fetch, gate)
         self.local: LocalCounter | None = None
         self.configured = configured
         self.tried: set[str] = set()
