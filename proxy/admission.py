@@ -136,22 +136,27 @@ class Admission:
 
 class CountGate:
     """At most as many /tokenize calls at once as admission holds and queues (limit +
-    max_waiting): one more is refused as admission refuses a request it cannot queue (429,
-    Retry-After), at once, without a call; more requests counting than that could not all be
-    admitted anyway. (Found by a probe: counting came before admission, so 40 chats at once
-    made 40 concurrent /tokenize calls with PROXY_MAX_INFLIGHT=2 and PROXY_MAX_WAITING=0.)"""
+    max_waiting); a call past them waits its turn as a request waits for a slot, at most
+    admission's timeout, then is refused as admission refuses (429, Retry-After). (Found by a
+    probe: counting came before admission, so 40 chats at once made 40 concurrent /tokenize
+    calls with PROXY_MAX_INFLIGHT=2 and PROXY_MAX_WAITING=0. A review then found that refusing
+    at once refused cache hits, which are counted but take no slot.)"""
 
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
         self.size = admission.limit + admission.max_waiting
-        self.busy = 0
+        self._free = asyncio.Semaphore(self.size)
 
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[None]:
-        if self.busy >= self.size:
-            raise self.admission.refuse(f"{self.busy} token counts at vLLM in progress")
-        self.busy += 1
+        try:
+            async with asyncio.timeout(self.admission.timeout):
+                await self._free.acquire()
+        except TimeoutError:
+            raise self.admission.refuse(
+                f"no turn to count tokens at vLLM within {self.admission.timeout:g} s "
+                f"({self.size} counts in progress)") from None
         try:
             yield
         finally:
-            self.busy -= 1
+            self._free.release()

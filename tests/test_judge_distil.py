@@ -193,8 +193,8 @@ def test_the_gpu_script_runs_every_step_on_a_tiny_bert(tiny: tuple[Path, Path],
     assert summary.count("| minilm-") == 3 and "not on dev" in summary
     carry = {p.name for p in (out / "carry").iterdir()}
     assert {"summary.tar.gz", "SHA256SUMS"} <= carry
-    assert not any(n.startswith("mpnet-fold") or n.startswith("mpnet-s12") for n in carry)
-    for name in ("minilm-oof-a1-t2", "minilm-plain", "mpnet"):
+    assert not any(n.startswith("mpnet-fold") for n in carry)  # seed 12's may ship: carried
+    for name in ("minilm-oof-a1-t2", "minilm-plain", "mpnet", "mpnet-s12"):
         joined = b"".join(p.read_bytes() for p in sorted((out / "carry").glob(f"{name}.pt.part*")))
         assert joined == (out / name / "best.pt").read_bytes()
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Distilling the mpnet judge into a MiniLM-sized student (recipe, not yet run; docs/cache.md
-# "Distilling the judge"). Dev only: test.jsonl is not read. On the GPU host, from the repo root:
+# Distilling the mpnet judge into a MiniLM-sized student (ran in session 21: no student came near
+# the teacher; docs/cache.md "Distilling the judge"). Dev only: test.jsonl is not read. On the GPU
+# host, from the repo root:
 #   bash bench/gpu/judge20.sh [R=/root/judge20]
 # 1. mpnet (all-mpnet-base-v2 fp16 at $MPNET), the shipped recipe 5/2e-5/mean/11/32, on the
 #    corpus as it is in the tree; it writes its logits of every train and dev pair, both
@@ -14,7 +15,8 @@
 #    returns at most 8 files of 16 MB, ~64 MB, a call): summary.tar.gz (every log, sweep.json,
 #    dev_scores.json, teacher.json, summary.md: well under 16 MB), SHA256SUMS, and each run's
 #    half-precision best.pt split into 15 MiB parts, NAME.pt.part00.. (a MiniLM: 3 parts of
-#    ~45 MB in all; mpnet: 14 parts, 218 MB, only wanted to ship the retrained mpnet).
+#    ~45 MB in all; mpnet and mpnet-s12: 14 parts each, 218 MB, wanted only to ship a retrained
+#    mpnet; session 21 split mpnet-s12's by hand, as this loop now does).
 # OOF_DEVICE (e.g. cuda:1; unset: off) also makes an out-of-fold teacher there
 # (tools/judge/folds.py): two mpnets, each trained on half of train's families and scoring the
 # other half, merged with the full teacher's dev logits into $R/teacher-oof.json; beside them an
@@ -115,7 +117,7 @@ PY
 
 mkdir -p "$R/carry"
 rm -f "$R"/carry/*
-for pt in "$R"/minilm*/best.pt "$R"/mpnet/best.pt; do  # not the folds' or seed 12's
+for pt in "$R"/minilm*/best.pt "$R"/mpnet/best.pt "$R"/mpnet-s12/best.pt; do  # not the folds
   [ -e "$pt" ] || continue
   name=$(basename "$(dirname "$pt")")
   split -b 15M -d -a 2 "$pt" "$R/carry/$name.pt.part"
