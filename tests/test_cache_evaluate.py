@@ -86,8 +86,8 @@ def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: 
     wrong = {"a": "How do I sort a list?", "b": "How do I sort a list?", "same": False,
              "family": "mislabelled"}  # identical texts always hit: one false hit
     path.write_text("\n".join([json.dumps({"a": f"How do I {t} in Python?",
-                                           "b": f"how do i {t} in python", "same": True,
-                                           "family": t}) for t in topics]
+                                           "b": f"what's the way to {t} in python?",
+                                           "same": True, "family": t}) for t in topics]
                               + [json.dumps(wrong)]))
     out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
                          cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
@@ -198,7 +198,7 @@ def test_ratios_without_anything_to_count_are_null(tmp_path: Path) -> None:
     Before: precision 1.0 (of no hits), false_hit_rate 0.0, and recall 1.0 without a single
     equal pair; now null, and a note on stderr says why nothing hit."""
     path = _write(tmp_path / "pairs.jsonl", [
-        {"a": "How do I bake bread?", "b": "how do i bake bread", "same": True},
+        {"a": "How do I bake bread?", "b": "what's the way to bake bread at home", "same": True},
         {"a": "Convert JSON to YAML", "b": "Convert YAML to JSON", "same": False}])
     out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
                          cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
@@ -242,7 +242,7 @@ def test_exact_and_off_are_evaluated_as_the_proxy_serves_them(tmp_path: Path) ->
     q = "How do I reverse a list in Python?"
     path = _write(tmp_path / "pairs.jsonl", [
         {"a": q, "b": q, "same": True},
-        {"a": q, "b": "how do i reverse a list in python", "same": True},  # the judge's at 25 %
+        {"a": q, "b": "how do i reverse a list in python", "same": True},  # the same question
         {"a": q, "b": q + " ", "same": False}])  # one space more: another exact key
     reports, notes = {}, {}
     for mode in ("semantic", "exact", "off"):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.cache.verify import check, facts
+from proxy.cache.verify import check, facts, same_question
 
 REJECTED = [
     ("What happened in 1945?", "What happened in 1944?", "number"),
@@ -55,3 +55,19 @@ def test_facts() -> None:
     assert f.negations == 2
     assert dict(facts("Two hundred and 10k and 3.50").numbers) == {"200": 1, "10000": 1,
                                                                     "3.5": 1}
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("How do I reverse a list in Python?", "how do i reverse a list in python", True),
+    ("What is  the capital of France ?", "What is the capital of France", True),
+    ("Is it safe?!", "is it safe.", True),
+    ("ｗｈａｔ ｉｓ ｄｎｓ？", "what is dns", True),  # full-width forms (NFKC)
+    ("what does print(X) do", "what does print(x) do", False),  # code: case may be a name's
+    ("set A_B = 1", "set a_b = 1", False),
+    ("What does print(X) do", "what does print(X) do", False),  # code: even its first letter
+    ("How do I reverse a list?", "How do I reverse a list in Python?", False),
+    ("Convert JSON to YAML", "Convert YAML to JSON", False),
+    ("what is dns", "what is dns?", True),
+])
+def test_the_same_question_written_otherwise(a: str, b: str, same: bool) -> None:
+    assert same_question(a, b) is same and same_question(b, a) is same

@@ -22,8 +22,9 @@ pairs, true_hits, false_hits, missed, precision (true hits / hits), recall (true
 pairs), false_hit_rate (false hits / hits; each ratio null when there is nothing to divide
 by), false_hit_rate_95ci (two-sided 95% Clopper-Pearson), with families
 false_hit_rate_95ci_families, and the settings used: cache_mode (semantic, exact or off),
-max_false_hit_rate, judge_threshold (null: +inf, the judge accepts nothing and only identical
-texts hit, as at the default 1% today; null too without a judge: exact, off),
+max_false_hit_rate, judge_threshold (null: +inf, the judge accepts nothing and only the same
+question (verify.same_question) hits, as at the default 1% today; null too without a judge:
+exact, off),
 cosine_floor, judge_model. See docs/cache.md.
 """
 
@@ -144,8 +145,9 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
     if judge is not None and math.isinf(judge.threshold):  # judge_threshold is then null
         why = (f"its reference pairs drifted by {judge.drift:.3f} on this CPU" if judge.drifted
                else f"no threshold on dev promises a false-hit rate of {cfg.max_false_hit_rate}")
-        print(f"note: the judge accepts nothing ({why}): as in the proxy, only identical texts "
-              "hit (set PROXY_CACHE_MAX_FALSE_HIT_RATE for a looser bound; docs/cache.md)",
+        print(f"note: the judge accepts nothing ({why}): as in the proxy, only the same question "
+              "(its spacing, end punctuation or case aside) hits (set "
+              "PROXY_CACHE_MAX_FALSE_HIT_RATE for a looser bound; docs/cache.md)",
               file=sys.stderr)
     positives = sum(bool(p["same"]) for p in pairs)
     hits = true_hits + false_hits

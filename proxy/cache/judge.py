@@ -12,7 +12,7 @@ weights as stored where this CPU's u8 x s8 kernel sums exactly, as VNNI does, el
 as unsigned; the same integers either way). At start the judge re-scores the reference pairs
 judge.json stores with their logits; when the median pair moves by more than DRIFT_LIMIT,
 this CPU does not compute what was calibrated, and the judge accepts nothing (the semantic
-tier serves identical texts only) and says so in the log and in /admin/cache/stats
+tier serves the same question only) and says so in the log and in /admin/cache/stats
 (`judge_drift`). The median, not the largest move: the float ops around the integer products
 differ a little between kernels, and a pair whose activations round the other way moves by up
 to ~1.6 (docs/cache.md "Portability"), while a CPU that computes the wrong products moves the
@@ -90,7 +90,7 @@ class Judge:
         if judge.drifted:
             log.error("cache judge %s: on this CPU its reference pairs score a median %.3f "
                       "away from the logits it was calibrated with; it accepts nothing (the "
-                      "semantic tier serves identical texts only)", root, drift)
+                      "semantic tier serves the same question only)", root, drift)
         return judge
 
     @classmethod

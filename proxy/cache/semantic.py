@@ -21,7 +21,7 @@ from proxy.cache.keys import RequestKeys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.serve import answered
 from proxy.cache.store import Store
-from proxy.cache.verify import check
+from proxy.cache.verify import check, same_question
 from proxy.types import CacheResult, TextCounter
 
 if TYPE_CHECKING:  # numpy and faiss: imported when the tier is on
@@ -83,9 +83,10 @@ class SemanticTier:
 
     async def _judged(self, text: str, pending: list[tuple[float, Entry]]
                       ) -> list[tuple[float, Entry]]:
-        """The candidates the judge accepts, most confident first (the same text needs none)."""
-        same = [(sim, c) for sim, c in pending if c.text == text]
-        others = [(sim, c) for sim, c in pending if c.text != text]
+        """The candidates the judge accepts, most confident first (the same question, written
+        differently only in spacing, end punctuation or case, needs none: verify.same_question)."""
+        same = [(sim, c) for sim, c in pending if same_question(text, c.text or "")]
+        others = [(sim, c) for sim, c in pending if not same_question(text, c.text or "")]
         if not others or self.judge is None:
             return same
         if math.isinf(self.judge.threshold):  # the bound admits no threshold: nothing passes

@@ -8,11 +8,17 @@ Only general rules stay here; the learned judge (proxy/cache/judge.py) decides t
 - date:   the month names differ ("May 1990" vs "1990"); "may"/"march" count as months only
           when capitalised inside a sentence or next to a number;
 - negation: one text negates its verb and the other does not (not, n't, never, no).
+
+And one rule that accepts: `same_question` — texts that differ only in spacing, a trailing
+"?"/"."/"!" and, where neither holds code-like characters, letter case are one question and
+need no judge (the judge scored such pairs about -4, "different": its corpus pairs every
+near-identical text with a one-word contrast and has no such positive; found in session 21).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
@@ -106,3 +112,20 @@ def check(query: str, cached: str) -> Verdict:
     if (a.negations > 0) != (b.negations > 0):
         return Verdict(False, "negation")
     return Verdict(True)
+
+
+_SPACE = re.compile(r"\s+")
+_END = re.compile(r"[\s?.!\uff1f\uff01\u3002]+$")
+_CODE = re.compile(r"[`(){}\[\]=<>_$\\|;]")  # where case may be an identifier's: kept
+
+
+def _plain(text: str) -> str:
+    return _END.sub("", _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip())
+
+
+def same_question(query: str, cached: str) -> bool:
+    """The same question written with other spacing, end punctuation or (outside code) case."""
+    a, b = _plain(query), _plain(cached)
+    if a == b:
+        return True
+    return not (_CODE.search(a) or _CODE.search(b)) and a.casefold() == b.casefold()
