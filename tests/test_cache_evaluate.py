@@ -242,7 +242,7 @@ def test_exact_and_off_are_evaluated_as_the_proxy_serves_them(tmp_path: Path) ->
     q = "How do I reverse a list in Python?"
     path = _write(tmp_path / "pairs.jsonl", [
         {"a": q, "b": q, "same": True},
-        {"a": q, "b": "how do i reverse a list in python", "same": True},  # the same question
+        {"a": q, "b": "how do i reverse a list in Python", "same": True},  # the same question
         {"a": q, "b": q + " ", "same": False}])  # one space more: another exact key
     reports, notes = {}, {}
     for mode in ("semantic", "exact", "off"):

@@ -72,14 +72,14 @@ async def test_a_bound_no_threshold_meets_scores_nothing(registry: CollectorRegi
 
 async def test_the_same_question_in_other_case_hits_with_no_judge(registry: CollectorRegistry
                                                                   ) -> None:
-    # session 21: the shipped judge scored "How do I X in Python?" / "how do i x in python"
+    # session 21: the shipped judge scored "How do I X in Python?" / "how do i X in Python"
     # about -4 ("different"), below every threshold but 25 %'s; a rule takes them now, even at
     # the default bound where no threshold passes and the judge scores nothing
     cache = await open_cache(registry=registry, config=CacheConfig(), embedder=embedder(),
                              judge=judge(threshold=float("inf")))
     assert cache is not None and cache.judge is not None
     await fill(cache, "How do I read a CSV file in pandas?", "pd.read_csv")
-    again = await cache.lookup(chat("how do i read a csv file in pandas"))
+    again = await cache.lookup(chat("how do i read a CSV file in pandas"))
     assert (again.status, again.tier) == ("hit", "semantic") and cache.judge.pairs == 0
     await fill(cache, "What does print(X) do?", "prints X")
     code = await cache.lookup(chat("what does print(x) do"))  # in code, case may be a name's

@@ -57,17 +57,50 @@ def test_facts() -> None:
                                                                     "3.5": 1}
 
 
-@pytest.mark.parametrize(("a", "b", "same"), [
-    ("How do I reverse a list in Python?", "how do i reverse a list in python", True),
-    ("What is  the capital of France ?", "What is the capital of France", True),
-    ("Is it safe?!", "is it safe.", True),
-    ("ｗｈａｔ ｉｓ ｄｎｓ？", "what is dns", True),  # full-width forms (NFKC)
-    ("what does print(X) do", "what does print(x) do", False),  # code: case may be a name's
-    ("set A_B = 1", "set a_b = 1", False),
-    ("What does print(X) do", "what does print(X) do", False),  # code: even its first letter
-    ("How do I reverse a list?", "How do I reverse a list in Python?", False),
-    ("Convert JSON to YAML", "Convert YAML to JSON", False),
-    ("what is dns", "what is dns?", True),
+@pytest.mark.parametrize(("a", "b"), [
+    ("how do i reverse a list in python", "How do I reverse a list in python?"),
+    ("What  is a  monad ?", "what is a monad"),
+    ("What is the capital of france?", "what is the capital of france"),
+    ("ｗｈａｔ ｉｓ ｄｎｓ？", "what is dns"),  # full-width forms
+    ("Tell me a joke. make it short", "tell me a joke. Make it short."),
+    ("Is it safe?!", "is it safe"),
 ])
-def test_the_same_question_written_otherwise(a: str, b: str, same: bool) -> None:
-    assert same_question(a, b) is same and same_question(b, a) is same
+def test_the_same_question_written_otherwise(a: str, b: str) -> None:
+    assert same_question(a, b) and same_question(b, a)
+
+
+# a review (2026-11-28) of the first rule (whole-text case folding, NFKC, any end punctuation)
+NOT_THE_SAME = [
+    ("Who is the head of IT?", "Who is the head of it?"),
+    ("What does US stand for?", "What does us stand for?"),
+    ("What is Polish?", "What is polish?"), ("Polish is hard", "polish is hard"),
+    ("How big is Turkey?", "How big is turkey?"),
+    ("Is Hf dangerous?", "Is HF dangerous?"), ("Is Co toxic?", "Is CO toxic?"),
+    ("What is the value of G?", "What is the value of g?"),
+    ("What does σ mean in statistics?", "What does Σ mean in statistics?"),
+    ("How many watts is 1 mW?", "How many watts is 1 MW?"),
+    ("Convert MBps to Mbps", "Convert Mbps to MBps"),
+    ("git checkout Main", "git checkout main"),
+    ("What does ssh -X do?", "What does ssh -x do?"),
+    ("What does %M mean in strftime?", "What does %m mean in strftime?"),
+    ("What is in /etc/Hosts?", "What is in /etc/hosts?"),
+    ("Decode the base64 aGVsbG8", "Decode the base64 AGVSBG8"),
+    ("Is Password123 a strong password?", "Is password123 a strong password?"),
+    ("Was bedeutet Maße?", "Was bedeutet Masse?"),
+    ("What is 0!?", "What is 0?"), ("Compute 10!", "Compute 10"),
+    ("Explain: git add .", "Explain: git add"),
+    ("Sum 2ⁿ for n from 0 to 10", "Sum 2n for n from 0 to 10"),
+    ("What is the derivative of x²?", "What is the derivative of x2?"),
+    ('How many bytes is "ﬁ" in UTF-8?', 'How many bytes is "fi" in UTF-8?'),
+    ("What is ⅻ?", "What is xii?"),
+    ("What does this print:\nx = 0\nfor i in range(3):\n    x += 1\nprint(x)",
+     "What does this print:\nx = 0\nfor i in range(3):\n    x += 1\n    print(x)"),
+    ('What is len("a  b")?', 'What is len("a b")?'),
+    ("How do I reverse a list?", "How do I reverse a list in Python?"),
+    ("Convert JSON to YAML", "Convert YAML to JSON"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), NOT_THE_SAME)
+def test_what_only_looks_the_same_is_left_to_the_judge(a: str, b: str) -> None:
+    assert not same_question(a, b) and not same_question(b, a)

@@ -146,7 +146,7 @@ async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
         why = (f"its reference pairs drifted by {judge.drift:.3f} on this CPU" if judge.drifted
                else f"no threshold on dev promises a false-hit rate of {cfg.max_false_hit_rate}")
         print(f"note: the judge accepts nothing ({why}): as in the proxy, only the same question "
-              "(its spacing, end punctuation or case aside) hits (set "
+              "(its spacing, end punctuation, opening capital aside) hits (set "
               "PROXY_CACHE_MAX_FALSE_HIT_RATE for a looser bound; docs/cache.md)",
               file=sys.stderr)
     positives = sum(bool(p["same"]) for p in pairs)

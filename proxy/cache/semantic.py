@@ -84,7 +84,8 @@ class SemanticTier:
     async def _judged(self, text: str, pending: list[tuple[float, Entry]]
                       ) -> list[tuple[float, Entry]]:
         """The candidates the judge accepts, most confident first (the same question, written
-        differently only in spacing, end punctuation or case, needs none: verify.same_question)."""
+        differently only in spacing, end punctuation or an opening capital, needs none:
+        verify.same_question)."""
         same = [(sim, c) for sim, c in pending if same_question(text, c.text or "")]
         others = [(sim, c) for sim, c in pending if not same_question(text, c.text or "")]
         if not others or self.judge is None:

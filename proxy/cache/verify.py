@@ -10,15 +10,15 @@ Only general rules stay here; the learned judge (proxy/cache/judge.py) decides t
 - negation: one text negates its verb and the other does not (not, n't, never, no).
 
 And one rule that accepts: `same_question` — texts that differ only in spacing, a trailing
-"?"/"."/"!" and, where neither holds code-like characters, letter case are one question and
-need no judge (the judge scored such pairs about -4, "different": its corpus pairs every
-near-identical text with a one-word contrast and has no such positive; found in session 21).
+"?"/"."/"!" after a word, full-width forms and, where neither holds code-like characters, the
+capitals of a sentence's opening question word and of "I", are one question and need no judge
+(the judge scored such pairs about -4, "different": its corpus pairs every near-identical text
+with a one-word contrast and has no such positive; found in session 21).
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
@@ -114,18 +114,42 @@ def check(query: str, cached: str) -> Verdict:
     return Verdict(True)
 
 
-_SPACE = re.compile(r"\s+")
-_END = re.compile(r"[\s?.!\uff1f\uff01\u3002]+$")
-_CODE = re.compile(r"[`(){}\[\]=<>_$\\|;]")  # where case may be an identifier's: kept
+
+# full-width ASCII forms, the ideographic space, NBSP and the ideographic full stop as ASCII
+_WIDE = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20, 0xA0: 0x20, 0x3002: 0x2E}
+# where any of these is, case, spacing and punctuation may be code's, a path's or a unit's
+_CODE = re.compile(r"[`(){}\[\]=<>_$\\|;/%*'\"@#&^~+:\-]|\n")
+_END = re.compile(r"(?<=[A-Za-z])(?:[.!]+|\s*\?+[.!]*)$")  # not after a digit: "10!", "x2?"
+_OPENERS = frozenset(("what how who whom whose why when where which is are was were am can could "
+                      "do does did should would will shall may might must have has had i "
+                      "please tell explain give write list show find make help").split())
+_FIRST = re.compile(r"(^|[.?!] )([A-Za-z]+)\b")
+_I = re.compile(r"\bi\b")
 
 
 def _plain(text: str) -> str:
-    return _END.sub("", _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip())
+    text = text.translate(_WIDE).strip()
+    if not _CODE.search(text):
+        text = re.sub(r"[ \t]+", " ", text)
+    return _END.sub("", text)
+
+
+def _lead(text: str) -> str:
+    """A sentence's first word in sentence case when it is a question or function word, and
+    the pronoun I: the only capitals a retyped question may lose without changing it."""
+    def first(m: re.Match[str]) -> str:
+        word = m.group(2)
+        return m.group(1) + (word.capitalize() if word.casefold() in _OPENERS else word)
+
+    return _I.sub("I", _FIRST.sub(first, text))
 
 
 def same_question(query: str, cached: str) -> bool:
-    """The same question written with other spacing, end punctuation or (outside code) case."""
+    """The same question written otherwise: other spacing (outside code), a trailing "?", "."
+    or "!" after a word, full-width forms, and the capitals of a sentence's first (question
+    or function) word and of "I" (review of 2026-11-28: whole-text case folding, NFKC and
+    stripping after digits made "Is Co toxic?"/"Is CO toxic?", "x²"/"x2", "10!"/"10" one)."""
     a, b = _plain(query), _plain(cached)
     if a == b:
         return True
-    return not (_CODE.search(a) or _CODE.search(b)) and a.casefold() == b.casefold()
+    return not (_CODE.search(a) or _CODE.search(b)) and _lead(a) == _lead(b)
