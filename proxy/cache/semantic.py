@@ -86,8 +86,10 @@ class SemanticTier:
         """The candidates the judge accepts, most confident first (the same question, written
         differently only in spacing, end punctuation or an opening capital, needs none:
         verify.same_question)."""
-        same = [(sim, c) for sim, c in pending if same_question(text, c.text or "")]
-        others = [(sim, c) for sim, c in pending if not same_question(text, c.text or "")]
+        same: list[tuple[float, Entry]] = []
+        others: list[tuple[float, Entry]] = []
+        for sim, c in pending:  # the rule's regexes once per candidate
+            (same if same_question(text, c.text or "") else others).append((sim, c))
         if not others or self.judge is None:
             return same
         if math.isinf(self.judge.threshold):  # the bound admits no threshold: nothing passes
