@@ -32,7 +32,7 @@ from proxy.tokens import AutoCounter, TokenCounter
 from proxy.transport import Transport
 from proxy.types import AnswerCache, TextCounter
 from proxy.upstream import METADATA_WAIT, Upstream, make_transport
-from proxy.version import ModelsCache, VersionCache
+from proxy.version import MODELS_KEPT, VersionCache
 
 log = logging.getLogger("proxy.app")
 
@@ -104,8 +104,8 @@ def create_app(settings: Settings, *, transport: Transport | None = None,
                                                 handler.finish.done)
             app.state.version = version = VersionCache(
                 lambda: upstream.fetch("GET", "/version", wait=METADATA_WAIT), clock=clock)
-            app.state.models = models = ModelsCache(
-                lambda: upstream.fetch("GET", "/v1/models", wait=METADATA_WAIT), clock=clock)
+            app.state.models = models = VersionCache(
+                lambda: upstream.fetch("GET", "/v1/models", wait=METADATA_WAIT), MODELS_KEPT, clock)
             app.state.ready = ready = Readiness(upstream, clock=clock)
             log.info("ready", extra={"fields": {
                 "msg": "proxy started", "upstreams": list(settings.upstreams),

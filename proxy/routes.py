@@ -20,7 +20,7 @@ from proxy.passthrough import CANCEL, STORED, Passthrough
 from proxy.readiness import Readiness
 from proxy.receive import request_id
 from proxy.sending import error_response, json_response
-from proxy.version import ModelsCache, VersionCache
+from proxy.version import VersionCache
 
 log = logging.getLogger("proxy.routes")
 
@@ -70,7 +70,7 @@ async def models(request: Request) -> Response:
     its answer kept 5 s (proxy/version.py). No admission slot nor key limits: vLLM limits it
     in no way, and a flood of it costs the upstreams one call at a time whoever sends it."""
     d = _deps(request)
-    kept: ModelsCache = request.app.state.models
+    kept: VersionCache = request.app.state.models  # the same kind, its own MODELS_KEPT
     try:
         d.keys.tenant(request)
         response = json_response(await kept.get())

@@ -19,17 +19,11 @@ MODELS_KEPT = 5.0
 
 
 class VersionCache(Kept[bytes]):
-    """vLLM's answer (the body): one upstream call at a time, shared by every request meanwhile
+    """vLLM's answer (the body) of /version, or of /v1/models kept MODELS_KEPT: one upstream call
+    at a time, shared by every request meanwhile
     (its failure too, not kept), kept `kept` seconds."""
 
     def __init__(self, ask: Callable[[], Awaitable[bytes]], kept: float = VERSION_KEPT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(ask, kept, clock)
 
-
-class ModelsCache(Kept[bytes]):
-    """vLLM's /v1/models answer (the body), as VersionCache keeps /version's, `kept` seconds."""
-
-    def __init__(self, ask: Callable[[], Awaitable[bytes]], kept: float = MODELS_KEPT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(ask, kept, clock)
