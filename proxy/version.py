@@ -20,8 +20,7 @@ MODELS_KEPT = 5.0
 
 class VersionCache(Kept[bytes]):
     """vLLM's answer (the body) of /version, or of /v1/models kept MODELS_KEPT: one upstream call
-    at a time, shared by every request meanwhile
-    (its failure too, not kept), kept `kept` seconds."""
+    at a time, shared by every request meanwhile (its failure too, not kept), kept `kept` s."""
 
     def __init__(self, ask: Callable[[], Awaitable[bytes]], kept: float = VERSION_KEPT,
                  clock: Callable[[], float] = time.monotonic) -> None:
