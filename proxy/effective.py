@@ -105,6 +105,8 @@ def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
             return "logprobs" if "logprob" in field or field == "echo" else "field"
     if not_understood(kind, body):
         return "unknown_field"
+    if kind == "chat" and _fetched_media(body.get("messages")):
+        return "remote_media"
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage") is True \
             and options.get("continuous_usage_stats") is True:
@@ -112,6 +114,26 @@ def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
     if output_tokens(kind, body) is None and body.get(length_field(kind, body)) is not None:
         return "length"  # a length vLLM would reject or coerce: let it answer
     return None
+
+
+# Content parts whose media vLLM fetches by URL (renderers/chat_utils.py's MM_PARSER_MAP): the
+# value is {"url": ...}, or the URL itself for the Responses-style input_image.
+_MEDIA_PARTS = ("image_url", "audio_url", "video_url", "input_image")
+
+
+def _fetched_media(messages: Any) -> bool:
+    """Whether a message names media by a URL vLLM loads (http(s), file): what it holds can
+    change while the URL stays, so an answer keyed by the URL could describe another picture.
+    A data: URL carries its content and keys by it."""
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            for field in _MEDIA_PARTS if isinstance(part, dict) else ():
+                media = part.get(field)
+                url = media.get("url") if isinstance(media, dict) else media
+                if isinstance(url, str) and url[:5].lower() != "data:":
+                    return True
+    return False
 
 
 def keyed_fields(kind: Kind, body: dict[str, Any]) -> dict[str, Any]:

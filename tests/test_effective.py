@@ -90,3 +90,31 @@ def test_every_listed_field_is_a_vllm_field() -> None:
         # every vLLM field is classified: a new one shows up here, not as a silent bypass
         assert fields <= listed | effective.BYPASS, (kind, sorted(fields - listed
                                                                   - effective.BYPASS))
+
+
+def _with_part(part: dict[str, object]) -> dict[str, object]:
+    return {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is in this picture?"}, part]}]}
+
+
+def test_media_vllm_fetches_by_url_bypasses_the_cache() -> None:
+    """An image at a URL can change while the URL stays: keyed by the URL, the answer about
+    yesterday's picture would be served for today's (session 22's review)."""
+    for part in ({"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                 {"type": "image_url", "image_url": {"url": "file:///srv/media/cat.png"}},
+                 {"type": "audio_url", "audio_url": {"url": "http://example.com/a.mp3"}},
+                 {"type": "video_url", "video_url": {"url": "HTTPS://example.com/v.mp4"}},
+                 {"type": "input_image", "input_image": "https://example.com/cat.png"}):
+        assert effective.uncacheable("chat", _with_part(part)) == "remote_media", part
+    earlier = _with_part({"type": "image_url", "image_url": {"url": "https://x/cat.png"}})
+    earlier["messages"] = [*earlier["messages"], {"role": "assistant", "content": "a cat"},
+                           {"role": "user", "content": "and its colour?"}]
+    assert effective.uncacheable("chat", earlier) == "remote_media"  # any turn, not the last
+
+
+def test_media_carried_in_the_request_keeps_the_cache() -> None:
+    for part in ({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+                 {"type": "image_url", "image_url": {"url": "DATA:image/png;base64,iVBO"}},
+                 {"type": "input_audio", "input_audio": {"data": "UklGR", "format": "wav"}},
+                 {"type": "image_url", "image_url": {"uuid": "img-1"}}):
+        assert effective.uncacheable("chat", _with_part(part)) is None, part
