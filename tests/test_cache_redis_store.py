@@ -404,7 +404,11 @@ async def test_a_vector_this_index_cannot_take_is_skipped(redis: Redis, vector: 
         await cache.aclose()
 
 
-@pytest.mark.parametrize("other", ["", "v3:"], ids=["before-the-version", "a-later-format"])
+_N = int(REDIS_FORMAT.removeprefix("v"))
+
+
+@pytest.mark.parametrize("other", ["", f"v{_N - 1}:", f"v{_N + 1}:"],
+                         ids=["before-the-version", "the-previous-format", "a-later-format"])
 async def test_an_entry_of_another_format_is_not_found(redis: Redis, other: str) -> None:
     # found by a review: the keys carried no format version, so after an upgrade that changes
     # the entry format the new code would read, and serve, the entries the old code wrote

@@ -26,8 +26,12 @@ def model_dir(name: str | None) -> Path:
 # The format of the cache's keys and records in Redis, in every key it writes there:
 # `{PROXY_CACHE_REDIS_PREFIX}:{REDIS_FORMAT}:…` (redis_store.py, redis_claims.py). Bump it with
 # any change a replica of the previous format could not read: each format then finds only its
-# own entries, never another's (docs/cache.md). v1: the keys before they carried it.
-REDIS_FORMAT = "v2"
+# own entries, never another's (docs/cache.md); keys.py hashes it into every partition, so the
+# embedded store's snapshot finds no other format's entries either. v1: the keys before they
+# carried it; v2: exact and partition keys hashed every object with its keys sorted, so schemas
+# that differ only in property order shared one answer (keys.py: v3 keeps the order where vLLM
+# may see it).
+REDIS_FORMAT = "v3"
 EMBED_BACKENDS = ("onnx", "torch")
 # the cache's settings read from the environment alone (the rest are also in proxy.settings_env)
 ENV_ONLY = ("PROXY_CACHE_EMBED_BACKEND", "PROXY_CACHE_EMBED_MODEL", "PROXY_CACHE_EMBED_THREADS",

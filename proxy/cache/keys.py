@@ -8,6 +8,9 @@ tools, `response_format`, stop strings, penalties, seed ...). The output length 
 will apply (proxy/effective.py: which of max_tokens / max_completion_tokens it reads) and is
 kept on the entry. A field effective.py does not understand makes the request bypass the cache.
 
+An object's key order is kept as sent wherever vLLM may see it (`_digest`): two tool or
+response_format schemas that differ only in property order are two prompts or two grammars.
+
 The semantic text is the *last user message* (chat) or the prompt string (completions); all
 earlier turns are hashed into the partition, so a conversation is matched exactly up to its last
 question and only that question is compared by meaning.
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import effective, openai
+from proxy.cache.config import REDIS_FORMAT
 from proxy.types import Kind
 
 
@@ -36,9 +40,44 @@ class RequestKeys:
     cuttable: bool = True
 
 
+# Key order. A digest is of the JSON in the order given, not sorted: an object's key order can
+# reach the model. A tool's `parameters` schema is rendered into the prompt by the template's
+# `tojson` (transformers does not sort keys), a json schema in `response_format` or
+# `structured_outputs` sets the order in which the grammar makes the model write the keys, and
+# `chat_template_kwargs` and `documents` reach the template as sent. With every object sorted
+# (format v2), two schemas differing only in property order shared one exact key, and the second
+# was served the first's answer. Sorted, because vLLM never sees their order: the body's own
+# fields (read by name into its request model), each message's own keys (vLLM reads role,
+# content, tool_calls ... by name into a dict of its own for the template; their values stay as
+# sent) and `logit_bias` (a bias added per token id), unless two of its keys are one token id
+# ("1" and "01": vLLM keeps the later). Any other reordering, even one vLLM ignores (a tool's or
+# a content part's own keys, the names in chat_template_kwargs), is a miss, never a wrong answer.
 def _digest(value: Any) -> str:
     # exact for integers past 64 bits and NaN/Infinity as read (vLLM reads them so too)
-    return hashlib.sha256(openai.dumps(value, sort_keys=True)).hexdigest()
+    return hashlib.sha256(openai.dumps(value)).hexdigest()
+
+
+def _sorted(value: dict[str, Any]) -> dict[str, Any]:
+    """The object with its own keys sorted, its values as they are."""
+    return {k: value[k] for k in sorted(value)}
+
+
+def _message(message: Any) -> Any:
+    return _sorted(message) if isinstance(message, dict) else message
+
+
+def _keyed(kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+    """effective.py's KEYED fields, by name, as the key holds them (see Key order above)."""
+    rest = effective.keyed_fields(kind, body)
+    bias = rest.get("logit_bias")
+    if isinstance(bias, dict):
+        try:
+            distinct = len({int(token) for token in bias}) == len(bias)  # as vLLM reads them
+        except (TypeError, ValueError):
+            distinct = False  # vLLM's 400: keyed as sent
+        if distinct:
+            rest["logit_bias"] = _sorted(bias)
+    return _sorted(rest)
 
 
 def _text_of(content: Any) -> str | None:
@@ -57,12 +96,12 @@ def _text_of(content: Any) -> str | None:
 
 def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str) -> RequestKeys:
     model = str(body.get("model", ""))
-    rest = effective.keyed_fields(kind, body)
+    rest = _keyed(kind, body)
     text: str | None = None
     context: Any
     parts: int | None = None  # a question sent as N text parts: shares only with N parts
     if kind == "chat":
-        messages = list(body.get("messages") or [])
+        messages = [_message(m) for m in body.get("messages") or []]
         last = messages[-1] if messages else None
         if isinstance(last, dict) and last.get("role") == "user" and set(last) <= {
                 "role", "content"}:
@@ -80,8 +119,10 @@ def request_keys(kind: Kind, body: dict[str, Any], tenant: str, embedder_id: str
         text = prompt if isinstance(prompt, str) else None
         context = None if text is not None else prompt
         question = prompt
-    wall = {"kind": kind, "model": model, "tenant": tenant, "embedder": embedder_id,
-            "rest": rest, "context": context}
+    # the format too: a store without it in its keys (the embedded store's snapshot) then never
+    # finds an entry keyed another way
+    wall = {"format": REDIS_FORMAT, "kind": kind, "model": model, "tenant": tenant,
+            "embedder": embedder_id, "rest": rest, "context": context}
     if parts is not None:
         wall["parts"] = parts
     partition = _digest(wall)
