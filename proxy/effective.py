@@ -105,6 +105,12 @@ def uncacheable(kind: Kind, body: dict[str, Any]) -> str | None:
             return "logprobs" if "logprob" in field or field == "echo" else "field"
     if not_understood(kind, body):
         return "unknown_field"
+    interval = body.get("stream_interval")
+    if body.get("stream") is True and isinstance(interval, int) and interval > 1:
+        # chunks of N tokens (vLLM raises the server's --stream-interval to it): a stored
+        # stream replays the chunks it was stored with, and one stored from it is not one
+        # chunk a token; JSON answers ignore it (vLLM: "ignored for non-streaming requests")
+        return "stream_interval"
     if kind == "chat" and _fetched_media(body.get("messages")):
         return "remote_media"
     options = body.get("stream_options")

@@ -118,3 +118,16 @@ def test_media_carried_in_the_request_keeps_the_cache() -> None:
                  {"type": "input_audio", "input_audio": {"data": "UklGR", "format": "wav"}},
                  {"type": "image_url", "image_url": {"uuid": "img-1"}}):
         assert effective.uncacheable("chat", _with_part(part)) is None, part
+
+
+def test_streams_batched_by_stream_interval_bypass_the_cache() -> None:
+    """vLLM sends N tokens a chunk with stream_interval N: a replay of chunks stored one a token
+    would not be what vLLM sends, and chunks stored N at a time cannot serve the rest."""
+    chat = {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": P}]}
+    for kind, body in (("chat", chat), ("completions", {"model": "m", "temperature": 0,
+                                                        "prompt": P})):
+        assert effective.uncacheable(kind, {**body, "stream": True,
+                                            "stream_interval": 4}) == "stream_interval"
+        for same in ({"stream": True, "stream_interval": 1}, {"stream": True},
+                     {"stream_interval": 4}, {"stream": False, "stream_interval": 4}):
+            assert effective.uncacheable(kind, {**body, **same}) is None, (kind, same)
