@@ -26,11 +26,11 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens defau
 
 NEUTRAL: dict[Kind, frozenset[str]] = {
     "chat": frozenset({"model", "messages", "stream", "stream_options", "user", "n", "priority",
-                       "request_id", "session_id", "cache_salt", "stream_interval",
+                       "request_id", "session_id", "stream_interval",
                        "max_tokens", "max_completion_tokens"}),
     "completions": frozenset({"model", "prompt", "stream", "stream_options", "user", "n",
-                              "priority", "request_id", "session_id", "cache_salt",
-                              "stream_interval", "max_tokens"}),
+                              "priority", "request_id", "session_id", "stream_interval",
+                              "max_tokens"}),
 }
 _KEYED_BOTH = frozenset({
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
@@ -39,7 +39,10 @@ _KEYED_BOTH = frozenset({
     "allowed_token_ids", "skip_special_tokens", "spaces_between_special_tokens",
     "response_format", "structured_outputs", "add_special_tokens", "truncate_prompt_tokens",
     "truncation_side", "return_token_ids", "return_tokens_as_token_ids",
-    "return_token_offsets", "thinking_token_budget"})
+    "return_token_offsets", "thinking_token_budget",
+    # not the answer but who may share it: vLLM shares its prefix cache only among requests of
+    # one salt, so that one user cannot learn what another asked; a HIT would tell them more
+    "cache_salt"})
 KEYED: dict[Kind, frozenset[str]] = {
     "chat": _KEYED_BOTH | {"tools", "tool_choice", "parallel_tool_calls", "chat_template",
                            "chat_template_kwargs", "add_generation_prompt",

@@ -131,3 +131,11 @@ def test_streams_batched_by_stream_interval_bypass_the_cache() -> None:
         for same in ({"stream": True, "stream_interval": 1}, {"stream": True},
                      {"stream_interval": 4}, {"stream": False, "stream_interval": 4}):
             assert effective.uncacheable(kind, {**body, **same}) is None, (kind, same)
+
+
+def test_cache_salt_is_a_sharing_domain() -> None:
+    """vLLM shares its prefix cache only within one salt; the answer cache does the same."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": P}]}
+    keys = [request_keys("chat", {**chat, **extra}, "", "e").partition
+            for extra in ({}, {"cache_salt": "a"}, {"cache_salt": "b"}, {"cache_salt": "a"})]
+    assert len(set(keys[:3])) == 3 and keys[1] == keys[3]

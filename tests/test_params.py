@@ -212,9 +212,15 @@ async def test_fields_outside_the_cache_key_are_checked_before_a_hit() -> None:
                 assert r.status_code == 400, (kind, fields, r.headers.get("x-cache"))
                 assert r.json()["error"]["code"] == 400, r.text
             for fields in ({"priority": 0}, {"request_id": "r-1"}, {"session_id": "s"},
-                           {"cache_salt": "salt"}, {"stream_interval": 2}, {"n": 1}):
+                           {"stream_interval": 2}, {"n": 1}):
                 r = await proxy.post(PATHS[kind], json={**base, **fields})
                 assert (r.status_code, r.headers["x-cache"]) == (200, "HIT"), (fields, r.text)
+            # a salt is a sharing domain, as in vLLM's prefix cache: its own entries only
+            for want in ("MISS", "HIT"):
+                r = await proxy.post(PATHS[kind], json={**base, "cache_salt": "salt"})
+                assert (r.status_code, r.headers["x-cache"]) == (200, want), r.text
+            r = await proxy.post(PATHS[kind], json={**base, "cache_salt": "other"})
+            assert (r.status_code, r.headers["x-cache"]) == (200, "MISS"), r.text
 
 
 @pytest.mark.vllm
