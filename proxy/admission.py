@@ -4,7 +4,10 @@ A request weighs as many slots as it carries prompts (a batch of 8 prompts is 8 
 vLLM). With API keys, no key holds more than its share of the slots (PROXY_TENANT_SHARE): a key
 over its share waits while other keys' requests go past it in the queue; and no key fills more
 than the same share of the queue (one key's queued requests refused every other key's at once,
-found by a review).
+found by a review). A waiter its key's share allows but the total does not (a batch needing
+more slots than are free) reserves the slots that free up: none behind it, nor a request
+arriving meanwhile, takes one before it is served (found by a review: a batch of 2 waited until
+its timeout while two other keys' singles took each slot freed).
 
 CountGate bounds what a request asks of vLLM before it reaches admission: counting its tokens
 with vLLM's /tokenize when no tokenizer is loaded here (tokens.RemoteCounter)."""
@@ -55,9 +58,17 @@ class Admission:
         """The slots a request of n prompts takes: at least 1, at most one tenant's share."""
         return max(1, min(n, self.cap))
 
+    def _within_share(self, tenant: str, weight: int) -> bool:
+        return self.held.get(tenant, 0) + weight <= self.cap
+
     def _fits(self, tenant: str, weight: int) -> bool:
-        return (self.inflight + weight <= self.limit
-                and self.held.get(tenant, 0) + weight <= self.cap)
+        return self.inflight + weight <= self.limit and self._within_share(tenant, weight)
+
+    def _reserved(self) -> bool:
+        """Whether a waiter its key's share allows is queued. _dispatch would have woken it if
+        the free slots sufficed: it needs all of them and the next to free, none is spare."""
+        return any(not w.granted.done() and self._within_share(w.tenant, w.weight)
+                   for w in self._queue)
 
     def _take(self, tenant: str, weight: int) -> None:
         self.inflight += weight
@@ -66,9 +77,10 @@ class Admission:
 
     async def acquire(self, tenant: str = "", weight: int = 1) -> None:
         weight = self.weight(weight)
-        # Every queued waiter is one that did not fit (release() wakes those that do), so a
-        # request that fits now takes its slot without queueing behind them.
-        if self._fits(tenant, weight):
+        # A queued waiter is one over its key's share, whom others pass, or one the total holds
+        # back, who has every free slot reserved; a request that fits now, when none is
+        # reserved, takes its slot without queueing.
+        if self._fits(tenant, weight) and not self._reserved():
             self._take(tenant, weight)
             return
         if len(self._queue) >= self.max_waiting:
@@ -87,6 +99,7 @@ class Admission:
             granted = waiter.granted.done() and not waiter.granted.cancelled()
             if not granted:
                 self._queue.remove(waiter)
+                self._dispatch()  # the slots it reserved go to those it held back, now
             elif isinstance(exc, TimeoutError):
                 return  # granted as the wait ran out: keep it
             else:
@@ -114,16 +127,18 @@ class Admission:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Wake, in arrival order, every waiter that now fits (skipping tenants at their cap)."""
+        """Wake, in arrival order, the waiters that now fit: past one over its key's share, never
+        past one its share allows but the total holds back (the free slots are its)."""
         for waiter in list(self._queue):
-            if self.inflight >= self.limit:
-                return
             if waiter.granted.done():  # cancelled; its task removes it when it next runs
                 continue
-            if self._fits(waiter.tenant, waiter.weight):
-                self._queue.remove(waiter)
-                self._take(waiter.tenant, waiter.weight)
-                waiter.granted.set_result(None)
+            if not self._within_share(waiter.tenant, waiter.weight):
+                continue
+            if self.inflight + waiter.weight > self.limit:
+                return  # none behind it takes a slot: the first such waiter is served first
+            self._queue.remove(waiter)
+            self._take(waiter.tenant, waiter.weight)
+            waiter.granted.set_result(None)
 
     @asynccontextmanager
     async def slot(self, tenant: str = "", weight: int = 1) -> AsyncIterator[None]:

@@ -138,3 +138,91 @@ async def test_the_refusal_says_how_many_slots_are_in_use():
     await adm.acquire("b")
     with pytest.raises(TooManyRequests, match=r"2 of 4 slots in use"):
         await adm.acquire("b")
+
+
+async def _ran() -> None:
+    """Until the tasks made before this call have run up to their first wait: the loop starts
+    tasks in the order they were made, so one made now ends after them (no sleep)."""
+    async def nothing() -> None:
+        return None
+    await asyncio.ensure_future(nothing())
+
+
+async def test_a_batch_held_back_by_the_total_alone_is_not_starved_by_singles():
+    # found by a review: a waiter needing 2 slots, within its key's share, saw each freed slot
+    # taken by a later single of another key; with two keys sending singles continuously it
+    # waited until its timeout although it was first in line
+    adm = Admission(limit=2, max_waiting=10, timeout=2, metrics=Metrics(), tenant_share=1.0)
+    await adm.acquire("a")
+    await adm.acquire("b")
+    state: list[str] = []
+
+    async def singles(key: str) -> None:  # frees its slot and sends its next single at once
+        for _ in range(3):
+            adm.release(key)
+            await adm.acquire(key)
+        state.append(key)
+
+    clients = [asyncio.ensure_future(singles(k)) for k in ("a", "b")]
+    await adm.acquire("c", weight=2)  # queued before either client runs; before: 429
+    assert adm.held == {"c": 2} and state == []  # served once a and b had each freed a slot
+    adm.release("c", weight=2)
+    await asyncio.gather(*clients)
+    assert adm.held == {"a": 1, "b": 1} and adm.queued == {}
+
+
+@pytest.mark.parametrize("leaves", ["cancelled", "timed out"])
+async def test_a_waiter_that_leaves_gives_the_slots_it_reserved_at_once(leaves: str):
+    # the batch's reservation must not outlive it: whoever it held back is served when it
+    # leaves, with no other release
+    adm = Admission(limit=2, max_waiting=10, timeout=30, metrics=Metrics(), tenant_share=1.0)
+    await adm.acquire("a")
+    await adm.acquire("b")
+    if leaves == "timed out":
+        adm.timeout = 0.01  # the batch's wait only (read when its wait starts)
+    batch = asyncio.ensure_future(adm.acquire("c", weight=2))
+    await _ran()
+    adm.timeout = 30
+    single = asyncio.ensure_future(adm.acquire("d"))
+    await _ran()
+    adm.release("a")  # the batch reserves the freed slot: the single, queued after it, waits
+    assert adm.held == {"b": 1} and not single.done()
+    late = asyncio.ensure_future(adm.acquire("e"))  # nor does a request arriving now take it
+    await _ran()
+    assert adm.held == {"b": 1} and not late.done()
+    if leaves == "cancelled":
+        batch.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await batch
+    else:
+        with pytest.raises(TooManyRequests, match="no slot within"):
+            await batch
+    assert adm.held == {"b": 1, "d": 1}  # the single got the slot as the batch left
+    await single
+    adm.release("b")
+    await late
+    assert adm.held == {"d": 1, "e": 1} and adm.queued == {}
+
+
+async def test_a_batch_over_its_keys_share_reserves_nothing_until_within_it():
+    # a key over its share waits while other keys pass it, even when the total is short too;
+    # once within its share, only the total holds it back, and it reserves what frees up
+    adm = Admission(limit=4, max_waiting=10, timeout=30, metrics=Metrics(), tenant_share=0.5)
+    await adm.acquire("b")
+    await adm.acquire("b")
+    await adm.acquire("c")
+    batch = asyncio.ensure_future(adm.acquire("c", weight=2))  # c would hold 3 of its 2
+    await _ran()
+    single = asyncio.ensure_future(adm.acquire("a"))
+    await _ran()
+    assert single.done() and adm.held == {"a": 1, "b": 2, "c": 1}  # a passed the batch
+    adm.release("c")  # within c's share now; 2 slots needed, 1 free: it reserves
+    late = asyncio.ensure_future(adm.acquire("a"))
+    await _ran()
+    assert not late.done() and adm.held == {"a": 1, "b": 2}
+    adm.release("b")
+    await batch
+    assert adm.held == {"a": 1, "b": 1, "c": 2} and not late.done()
+    adm.release("c", weight=2)
+    await late
+    assert adm.held == {"a": 2, "b": 1}
