@@ -10,7 +10,9 @@ arriving meanwhile, takes one before it is served (found by a review: a batch of
 its timeout while two other keys' singles took each slot freed).
 
 CountGate bounds what a request asks of vLLM before it reaches admission: counting its tokens
-with vLLM's /tokenize when no tokenizer is loaded here (tokens.RemoteCounter)."""
+with vLLM's /tokenize when no tokenizer is loaded here (tokens.RemoteCounter). Its turns are
+shared as admission's slots are: no key holds more than its share of them (found by a review:
+one key's flood took every turn, and other keys' requests, cache hits too, waited behind it)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,16 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from proxy.errors import TooManyRequests
 from proxy.metrics import Metrics
+
+# The API key of the request the running task serves ("" without keys), set where the key is
+# known (handler.py, passthrough.py): a count at vLLM (tokens.RemoteCounter) knows no request,
+# and CountGate holds its turns per key.
+request_key: ContextVar[str] = ContextVar("request_key", default="")
 
 
 @dataclass(slots=True)
@@ -33,36 +41,27 @@ class _Waiter:
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-class Admission:
-    def __init__(self, limit: int, max_waiting: int, timeout: float, metrics: Metrics,
-                 tenant_share: float = 1.0) -> None:
+class _KeyedSlots:
+    """`limit` slots, at most `cap` of them a key's; those who wait, at most `timeout` s, are
+    woken in arrival order (Admission's slots and CountGate's turns)."""
+
+    def __init__(self, limit: int, cap: int, timeout: float) -> None:
         self.limit = limit
-        self.max_waiting = max_waiting
+        self.cap = cap
         self.timeout = timeout
-        self.metrics = metrics
-        self.cap = max(1, math.floor(limit * tenant_share))  # slots one tenant may hold
-        self.wait_cap = max(1, math.floor(max_waiting * tenant_share))  # and queue places
         self.inflight = 0
         self.held: dict[str, int] = {}
-        self.queued: dict[str, int] = {}
         self._queue: deque[_Waiter] = deque()
-        self.retry_after = str(max(1, math.ceil(timeout)))
-
-    def refuse(self, why: str) -> TooManyRequests:
-        self.metrics.rejected.inc()
-        return TooManyRequests(f"the proxy is at capacity ({self.inflight} of {self.limit} slots "
-                               f"in use, {why}); retry later",
-                               headers={"Retry-After": self.retry_after})
-
-    def weight(self, n: int) -> int:
-        """The slots a request of n prompts takes: at least 1, at most one tenant's share."""
-        return max(1, min(n, self.cap))
 
     def _within_share(self, tenant: str, weight: int) -> bool:
         return self.held.get(tenant, 0) + weight <= self.cap
 
-    def _fits(self, tenant: str, weight: int) -> bool:
-        return self.inflight + weight <= self.limit and self._within_share(tenant, weight)
+    def _fits_now(self, tenant: str, weight: int) -> bool:
+        """Whether a request takes its slots without queueing. A queued waiter is one over its
+        key's share, whom others pass, or one the total holds back, who has every free slot
+        reserved (see _reserved)."""
+        return (self.inflight + weight <= self.limit and self._within_share(tenant, weight)
+                and not self._reserved())
 
     def _reserved(self) -> bool:
         """Whether a waiter its key's share allows is queued. _dispatch would have woken it if
@@ -73,25 +72,20 @@ class Admission:
     def _take(self, tenant: str, weight: int) -> None:
         self.inflight += weight
         self.held[tenant] = self.held.get(tenant, 0) + weight
-        self.metrics.inflight.inc(weight)
 
-    async def acquire(self, tenant: str = "", weight: int = 1) -> None:
-        weight = self.weight(weight)
-        # A queued waiter is one over its key's share, whom others pass, or one the total holds
-        # back, who has every free slot reserved; a request that fits now, when none is
-        # reserved, takes its slot without queueing.
-        if self._fits(tenant, weight) and not self._reserved():
-            self._take(tenant, weight)
-            return
-        if len(self._queue) >= self.max_waiting:
-            raise self.refuse(f"{len(self._queue)} waiting")
-        mine = self.queued.get(tenant, 0)
-        if mine >= self.wait_cap:
-            raise self.refuse(f"this key has {mine} requests waiting, its share of the queue")
+    def _give(self, tenant: str, weight: int) -> None:
+        self.inflight -= weight
+        left = self.held[tenant] - weight
+        if left:
+            self.held[tenant] = left
+        else:
+            del self.held[tenant]
+        self._dispatch()
+
+    async def _wait(self, tenant: str, weight: int) -> None:
+        """Queue for the slots, at most `timeout` s (then TimeoutError, holding none)."""
         waiter = _Waiter(tenant, weight)
         self._queue.append(waiter)
-        self.queued[tenant] = mine + 1
-        self.metrics.waiting.inc()
         try:
             async with asyncio.timeout(self.timeout):
                 await waiter.granted
@@ -103,28 +97,8 @@ class Admission:
             elif isinstance(exc, TimeoutError):
                 return  # granted as the wait ran out: keep it
             else:
-                self.release(tenant, weight)
-            if isinstance(exc, TimeoutError):
-                raise self.refuse(f"no slot within {self.timeout:g} s") from None
+                self._give(tenant, weight)
             raise
-        finally:
-            self.metrics.waiting.dec()
-            left = self.queued[tenant] - 1
-            if left:
-                self.queued[tenant] = left
-            else:
-                del self.queued[tenant]
-
-    def release(self, tenant: str = "", weight: int = 1) -> None:
-        weight = self.weight(weight)
-        self.inflight -= weight
-        left = self.held[tenant] - weight
-        if left:
-            self.held[tenant] = left
-        else:
-            del self.held[tenant]
-        self.metrics.inflight.dec(weight)
-        self._dispatch()
 
     def _dispatch(self) -> None:
         """Wake, in arrival order, the waiters that now fit: past one over its key's share, never
@@ -140,6 +114,64 @@ class Admission:
             self._take(waiter.tenant, waiter.weight)
             waiter.granted.set_result(None)
 
+
+class Admission(_KeyedSlots):
+    def __init__(self, limit: int, max_waiting: int, timeout: float, metrics: Metrics,
+                 tenant_share: float = 1.0) -> None:
+        super().__init__(limit, max(1, math.floor(limit * tenant_share)),  # a tenant's slots
+                         timeout)
+        self.max_waiting = max_waiting
+        self.metrics = metrics
+        self.tenant_share = tenant_share  # CountGate's turns are shared so too
+        self.wait_cap = max(1, math.floor(max_waiting * tenant_share))  # and queue places
+        self.queued: dict[str, int] = {}
+        self.retry_after = str(max(1, math.ceil(timeout)))
+
+    def refuse(self, why: str) -> TooManyRequests:
+        self.metrics.rejected.inc()
+        return TooManyRequests(f"the proxy is at capacity ({self.inflight} of {self.limit} slots "
+                               f"in use, {why}); retry later",
+                               headers={"Retry-After": self.retry_after})
+
+    def weight(self, n: int) -> int:
+        """The slots a request of n prompts takes: at least 1, at most one tenant's share."""
+        return max(1, min(n, self.cap))
+
+    def _take(self, tenant: str, weight: int) -> None:
+        super()._take(tenant, weight)
+        self.metrics.inflight.inc(weight)
+
+    async def acquire(self, tenant: str = "", weight: int = 1) -> None:
+        weight = self.weight(weight)
+        if self._fits_now(tenant, weight):
+            self._take(tenant, weight)
+            return
+        if len(self._queue) >= self.max_waiting:
+            raise self.refuse(f"{len(self._queue)} waiting")
+        mine = self.queued.get(tenant, 0)
+        if mine >= self.wait_cap:
+            raise self.refuse(f"this key has {mine} requests waiting, its share of the queue")
+        self.queued[tenant] = mine + 1
+        self.metrics.waiting.inc()
+        try:
+            await self._wait(tenant, weight)
+        except TimeoutError:
+            raise self.refuse(f"no slot within {self.timeout:g} s") from None
+        finally:
+            self.metrics.waiting.dec()
+            left = self.queued[tenant] - 1
+            if left:
+                self.queued[tenant] = left
+            else:
+                del self.queued[tenant]
+
+    def _give(self, tenant: str, weight: int) -> None:
+        self.metrics.inflight.dec(weight)
+        super()._give(tenant, weight)
+
+    def release(self, tenant: str = "", weight: int = 1) -> None:
+        self._give(tenant, self.weight(weight))
+
     @asynccontextmanager
     async def slot(self, tenant: str = "", weight: int = 1) -> AsyncIterator[None]:
         await self.acquire(tenant, weight)
@@ -149,29 +181,37 @@ class Admission:
             self.release(tenant, weight)
 
 
-class CountGate:
+class CountGate(_KeyedSlots):
     """At most as many /tokenize calls at once as admission holds and queues (limit +
-    max_waiting); a call past them waits its turn as a request waits for a slot, at most
-    admission's timeout, then is refused as admission refuses (429, Retry-After). (Found by a
+    max_waiting), at most admission's tenant share of them a key's; a call past them waits its
+    turn as a request waits for a slot, at most admission's timeout, then is refused as
+    admission refuses (429, Retry-After), while other keys' calls go past it. (Found by a
     probe: counting came before admission, so 40 chats at once made 40 concurrent /tokenize
     calls with PROXY_MAX_INFLIGHT=2 and PROXY_MAX_WAITING=0. A review then found that refusing
-    at once refused cache hits, which are counted but take no slot.)"""
+    at once refused cache hits, which are counted but take no slot; and later that one key
+    could take every turn.)"""
 
     def __init__(self, admission: Admission) -> None:
+        size = admission.limit + admission.max_waiting
+        super().__init__(size, max(1, math.floor(size * admission.tenant_share)),
+                         admission.timeout)
         self.admission = admission
-        self.size = admission.limit + admission.max_waiting
-        self._free = asyncio.Semaphore(self.size)
 
     @asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        try:
-            async with asyncio.timeout(self.admission.timeout):
-                await self._free.acquire()
-        except TimeoutError:
-            raise self.admission.refuse(
-                f"no turn to count tokens at vLLM within {self.admission.timeout:g} s "
-                f"({self.size} counts in progress)") from None
+    async def hold(self, tenant: str | None = None) -> AsyncIterator[None]:
+        """A turn for `tenant`: by default the key of the request this task serves."""
+        key = request_key.get() if tenant is None else tenant
+        if self._fits_now(key, 1):
+            self._take(key, 1)
+        else:
+            try:
+                await self._wait(key, 1)
+            except TimeoutError:
+                raise self.admission.refuse(
+                    f"no turn to count tokens at vLLM within {self.timeout:g} s "
+                    f"({self.inflight} counts in progress, {self.held.get(key, 0)} of them "
+                    f"this key's)") from None
         try:
             yield
         finally:
-            self._free.release()
+            self._give(key, 1)

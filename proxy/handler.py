@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import clip, openai, params, policy
+from proxy.admission import request_key
 from proxy.bounds import Bounds, prompt_count
 from proxy.deps import Deps
 from proxy.forwarding import PATHS, Forwarding
@@ -55,6 +56,7 @@ class CompletionHandler:
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
+        request_key.set(tenant)  # its counts at vLLM take this key's turns (CountGate)
         if not is_json(request):  # as vLLM answers it, before any limit is spent
             raise params.VllmTypeError(
                 "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import openai, responses
+from proxy.admission import request_key
 from proxy.bounds import INLINE_BYTES, Bounds, TooDeep, depth_exceeds
 from proxy.deps import Deps, event_buffer
 from proxy.errors import UpstreamError, UpstreamHTTPError, VllmTypeError
@@ -64,6 +65,7 @@ class Passthrough:
                       headers: dict[str, str]) -> Response:
         d, s = self.d, self.d.settings
         tenant = trace.tenant = d.keys.tenant(request)
+        request_key.set(tenant)  # its counts at vLLM take this key's turns (CountGate)
         if not is_json(request):  # as vLLM answers it, before any limit is spent
             raise VllmTypeError(
                 "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")

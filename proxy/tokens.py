@@ -25,8 +25,9 @@ INLINE_CHARS = 4096  # inputs larger than this are tokenized off the event loop
 MESSAGE_CHARS = 32  # what one message weighs in that guess beyond its text (role, template)
 
 Messages = list[dict[str, Any]]
-# held around each call to vLLM's /tokenize or /detokenize (admission.CountGate.hold): it may
-# refuse the call (429), as admission refuses a request it has no room for
+# held around each call to vLLM's /tokenize or /detokenize (admission.CountGate.hold, a turn of
+# the request's key: admission.request_key): it may refuse the call (429), as admission refuses
+# a request it has no room for
 Gate = Callable[[], AbstractAsyncContextManager[None]]
 
 

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from proxy.admission import Admission
+from proxy.admission import Admission, CountGate
 from proxy.errors import TooManyRequests
 from proxy.metrics import Metrics
 
@@ -226,3 +226,46 @@ async def test_a_batch_over_its_keys_share_reserves_nothing_until_within_it():
     adm.release("c", weight=2)
     await late
     assert adm.held == {"a": 2, "b": 1}
+
+
+async def test_the_count_gate_gives_a_key_no_more_than_its_share_of_turns():
+    # found by a review: one key could take every counting turn, and other keys' requests
+    # (cache hits too, which need a count but no slot) waited behind it
+    gate = CountGate(Admission(limit=2, max_waiting=2, timeout=30, metrics=Metrics(),
+                               tenant_share=0.5))  # 4 turns, 2 a key
+    inside: list[str] = []
+    leave = {name: asyncio.Event() for name in ("a1", "a2", "a3", "b1")}
+
+    async def count(name: str) -> None:
+        async with gate.hold(name[0]):
+            inside.append(name)
+            await leave[name].wait()
+            inside.remove(name)
+
+    a = [asyncio.ensure_future(count(name)) for name in ("a1", "a2", "a3")]
+    await _ran()
+    assert inside == ["a1", "a2"]  # a's third waits, 2 turns still free
+    b = asyncio.ensure_future(count("b1"))
+    await _ran()
+    assert inside == ["a1", "a2", "b1"]  # b passes a's third at once
+    leave["a1"].set()
+    await a[0]
+    await _ran()
+    assert inside == ["a2", "b1", "a3"]  # a's third served when one of a's turns ended
+    for event in leave.values():
+        event.set()
+    await asyncio.gather(b, *a)
+    assert gate.inflight == 0 and gate.held == {}
+
+
+async def test_a_count_past_its_keys_share_is_refused_as_admission_refuses():
+    adm = Admission(limit=1, max_waiting=1, timeout=0.01, metrics=Metrics(), tenant_share=0.5)
+    gate = CountGate(adm)  # 2 turns, 1 a key
+    async with gate.hold("a"):
+        with pytest.raises(TooManyRequests, match="count tokens at vLLM") as info:
+            async with gate.hold("a"):
+                pass
+        async with gate.hold("b"):
+            assert gate.held == {"a": 1, "b": 1}
+    assert info.value.status == 429 and info.value.headers["Retry-After"] == "1"
+    assert gate.inflight == 0 and gate.held == {}

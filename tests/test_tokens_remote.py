@@ -130,3 +130,28 @@ async def test_a_request_admission_refuses_is_refused_the_same_after_counting() 
     assert second.status_code == 429 and second.headers["Retry-After"] == "2"
     assert second.json()["error"]["code"] == "too_many_requests"
     assert len(fake.completions("/tokenize")) == 2  # both counted at vLLM
+
+
+async def test_one_key_takes_no_more_than_its_share_of_the_counting_turns() -> None:
+    # found by a review: one key's flood took every turn to count at vLLM (limit +
+    # max_waiting of them), and other keys' requests waited behind it; now a key holds at most
+    # its PROXY_TENANT_SHARE of them, as it does of admission's slots
+    vllm = HeldTokenize()
+    settings = Settings(upstreams=(UP,), cache="off", max_inflight=2, max_waiting=2,
+                        api_keys=("key-a", "key-b"), tenant_share=0.5)  # 4 turns, 2 a key
+
+    def chat(c: Any, key: str, i: int) -> asyncio.Task[Any]:
+        return asyncio.create_task(c.post(
+            "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+            json={"model": "tiny", "messages": [{"role": "user", "content": f"{key} {i}"}]}))
+
+    async with proxy_client(settings, transport=FakeTransport(vllm.handle)) as c:
+        flood = [chat(c, "key-a", i) for i in range(6)]
+        await vllm.until_held(2)
+        other = chat(c, "key-b", 0)
+        await vllm.until_held(3)  # b's count is at vLLM beside a's two
+        assert vllm.held == vllm.most == 3  # before: a's flood took all 4 turns, b waited
+        vllm.go.set()
+        answers = await asyncio.gather(*flood)
+        assert (await other).status_code == 200
+    assert {r.status_code for r in answers} <= {200, 429}
