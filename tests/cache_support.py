@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
+import threading
 from typing import Any
 
 import orjson
@@ -11,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.cache import open_cache
 from proxy.cache.config import CacheConfig
-from proxy.cache.embedder import Embedder, default_model_path
+from proxy.cache.embedder import Embedder, Vector, default_model_path
 from proxy.cache.entry import Entry
 from proxy.cache.judge import Judge
 from proxy.cache.lookup import SemanticCache
@@ -28,6 +30,31 @@ def _model() -> Any:
 
 def embedder(**kw: Any) -> Embedder:
     return Embedder(_model(), "sentence-transformers/all-MiniLM-L6-v2", **kw)
+
+
+class HeldEmbedder(Embedder):
+    """The session's MiniLM, whose worker thread waits at `gate` before each batch. `asked`
+    gets each text as `embed` queues it (awaiting it: the text is pending now); `encoded` keeps
+    the batches the model saw; `entered` is set when the first batch reached the model."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(_model(), "sentence-transformers/all-MiniLM-L6-v2", **kw)
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.asked: asyncio.Queue[str] = asyncio.Queue()
+        self.encoded: list[list[str]] = []
+
+    async def embed(self, text: str) -> Vector | None:
+        self.asked.put_nowait(text)  # then queued by embed before it first waits
+        return await super().embed(text)
+
+    def encode(self, texts: list[str]) -> list[Vector | None]:
+        self.encoded.append(list(texts))
+        self.entered.set()
+        assert self.gate.wait(30)
+        return super().encode(texts)
+
+    def seen(self) -> list[str]:
+        return [t for batch in self.encoded for t in batch]
 
 
 @functools.cache

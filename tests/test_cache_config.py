@@ -61,3 +61,17 @@ def test_judge_threads_default_to_one_and_are_checked(monkeypatch) -> None:
     monkeypatch.setenv("PROXY_CACHE_JUDGE_THREADS", "0")
     with pytest.raises(ValueError, match="PROXY_CACHE_JUDGE_THREADS"):
         CacheConfig.from_settings()
+
+
+def test_embed_bound_defaults_reads_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert CacheConfig.from_settings().embed_max_pending == 64
+    monkeypatch.setenv("PROXY_CACHE_EMBED_MAX_PENDING", "0")  # no bound
+    assert CacheConfig.from_settings().embed_max_pending == 0
+    monkeypatch.setenv("PROXY_CACHE_EMBED_MAX_PENDING", "8")
+    assert CacheConfig.from_settings().embed_max_pending == 8
+    monkeypatch.setenv("PROXY_CACHE_EMBED_MAX_PENDING", "-1")
+    with pytest.raises(ValueError, match="PROXY_CACHE_EMBED_MAX_PENDING"):
+        CacheConfig.from_settings()
+    monkeypatch.setenv("PROXY_CACHE_EMBED_MAX_PENDING", "many")
+    with pytest.raises(ValueError, match="many"):
+        CacheConfig.from_settings()

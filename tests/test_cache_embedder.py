@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 
-from tests.cache_support import embedder
+from tests.cache_support import HeldEmbedder, embedder
 
 
 async def test_concurrent_embeds_are_batched_and_match_single_encodes() -> None:
@@ -40,4 +41,42 @@ async def test_paraphrases_are_close_and_unrelated_far() -> None:
         assert a is not None and b is not None and c is not None
         assert float(a @ b) > 0.8 > float(a @ c)
     finally:
+        await emb.aclose()
+
+
+async def test_a_gone_callers_text_is_dropped_not_encoded_and_pending_until_then() -> None:
+    emb = HeldEmbedder(max_batch=2)
+    try:
+        calls = {t: asyncio.create_task(emb.embed(t)) for t in ("a", "b", "gone", "c", "d")}
+        assert await asyncio.to_thread(emb.entered.wait, 30)  # all five queued before it ran
+        assert emb.encoded == [["a", "b"]] and emb.pending == 5
+        calls["gone"].cancel()  # its client left
+        with contextlib.suppress(asyncio.CancelledError):
+            await calls["gone"]
+        assert emb.pending == 5  # still queued: it counts until the worker drops it
+        emb.gate.set()
+        vectors = await asyncio.gather(*(calls[t] for t in ("a", "b", "c", "d")))
+        assert all(v is not None for v in vectors)
+        # the gone text is neither encoded nor takes a place in a batch
+        assert emb.encoded == [["a", "b"], ["c", "d"]]
+        assert (emb.dropped, emb.pending, emb.batches) == (1, 0, 2)
+    finally:
+        emb.gate.set()
+        await emb.aclose()
+
+
+async def test_pending_counts_queued_and_encoding_texts() -> None:
+    emb = HeldEmbedder(max_batch=1)
+    try:
+        assert emb.pending == 0
+        first = asyncio.create_task(emb.embed("first"))
+        assert await emb.asked.get() == "first" and emb.pending == 1
+        assert await asyncio.to_thread(emb.entered.wait, 30)
+        second = asyncio.create_task(emb.embed("second"))
+        assert await emb.asked.get() == "second" and emb.pending == 2  # one encoding, one queued
+        emb.gate.set()
+        assert await first is not None and await second is not None
+        assert emb.pending == 0
+    finally:
+        emb.gate.set()
         await emb.aclose()

@@ -77,8 +77,9 @@ def test_command_counts_hits_and_misses(tmp_path: Path) -> None:
 
 
 def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: Path) -> None:
-    """All pairs are looked up at once; the proxy's judge queue bound must not turn them into
-    misses (PROXY_CACHE_JUDGE_MAX_PENDING=1 would shed all but one)."""
+    """All pairs are looked up at once; the proxy's judge and embedder queue bounds must not
+    turn them into misses (PROXY_CACHE_JUDGE_MAX_PENDING=1 or PROXY_CACHE_EMBED_MAX_PENDING=1
+    would shed all but one)."""
     topics = ["reverse a list", "sort a dictionary by value", "read a JSON file",
               "merge two dictionaries", "flatten a nested list", "count words in a string",
               "remove whitespace from a string", "check if a file exists"]
@@ -92,6 +93,7 @@ def test_the_evaluation_judges_every_pair_whatever_the_shedding_bound(tmp_path: 
     out = subprocess.run([sys.executable, "-m", "proxy.cache.evaluate", "--pairs", str(path)],
                          cwd=REPO, capture_output=True, text=True, check=True, timeout=600,
                          env={**os.environ, "PROXY_CACHE_JUDGE_MAX_PENDING": "1",
+                              "PROXY_CACHE_EMBED_MAX_PENDING": "1",
                               "PROXY_CACHE_MAX_FALSE_HIT_RATE": "0.25"})
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["judge_threshold"] is not None

@@ -34,7 +34,8 @@ def model_dir(name: str | None) -> Path:
 REDIS_FORMAT = "v3"
 EMBED_BACKENDS = ("onnx", "torch")
 # the cache's settings read from the environment alone (the rest are also in proxy.settings_env)
-ENV_ONLY = ("PROXY_CACHE_EMBED_BACKEND", "PROXY_CACHE_EMBED_MODEL", "PROXY_CACHE_EMBED_THREADS",
+ENV_ONLY = ("PROXY_CACHE_EMBED_BACKEND", "PROXY_CACHE_EMBED_MAX_PENDING",
+            "PROXY_CACHE_EMBED_MODEL", "PROXY_CACHE_EMBED_THREADS",
             "PROXY_CACHE_FLIGHT_MAX_BYTES", "PROXY_CACHE_JUDGE_MAX_PENDING",
             "PROXY_CACHE_JUDGE_THREADS", "PROXY_CACHE_REDIS_PREFIX", "PROXY_CACHE_SHARED",
             "PROXY_CACHE_SNAPSHOT")
@@ -62,6 +63,10 @@ class CacheConfig:
     # PROXY_CACHE_JUDGE_MAX_PENDING: lookups that may wait for the judge at once; past it a
     # lookup skips the judge (a miss, reason judge_busy) instead of queueing; 0 = no bound
     judge_max_pending: int = 4
+    # PROXY_CACHE_EMBED_MAX_PENDING: texts that may wait for the embedder at once (queued or
+    # encoding); past it a lookup skips the semantic tier (a miss unless the exact tier hit,
+    # reason embed_busy) and a store keeps its entry for the exact tier only; 0 = no bound
+    embed_max_pending: int = 64
     # PROXY_CACHE_JUDGE_MODEL: mpnet (bundled, default) | minilm (bundled, ~6x cheaper per
     # candidate, less recall at the same bound) | a directory made by tools.judge.train
     judge_model: str = "mpnet"
@@ -105,6 +110,8 @@ class CacheConfig:
                                       1 << 20)),
             judge_max_pending=int(pick("cache_judge_max_pending",
                                        "PROXY_CACHE_JUDGE_MAX_PENDING", 4)),
+            embed_max_pending=int(pick("cache_embed_max_pending",
+                                       "PROXY_CACHE_EMBED_MAX_PENDING", 64)),
             judge_model=str(pick("cache_judge_model", "PROXY_CACHE_JUDGE_MODEL", "mpnet")),
             judge_threads=int(pick("cache_judge_threads", "PROXY_CACHE_JUDGE_THREADS", 1)),
         )
@@ -122,6 +129,8 @@ class CacheConfig:
             raise ValueError("PROXY_CACHE_JUDGE_THREADS must be at least 1")
         if cfg.judge_max_pending < 0:
             raise ValueError("PROXY_CACHE_JUDGE_MAX_PENDING must be at least 0")
+        if cfg.embed_max_pending < 0:
+            raise ValueError("PROXY_CACHE_EMBED_MAX_PENDING must be at least 0")
         model_dir(cfg.judge_model)  # raises on an unknown name or a directory without a model
         if cfg.max_entries < 1:
             raise ValueError("PROXY_CACHE_MAX_ENTRIES must be at least 1")

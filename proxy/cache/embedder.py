@@ -5,6 +5,11 @@ most `max_wait` for more, up to `max_batch`) and encodes it as one batch in a si
 thread. Batches form by themselves under load: while one batch encodes, the next collects, so
 the default `max_wait` is 0 (a lone request never waits for company; bench/cache_cost.py).
 Texts longer than the model's window return None (the semantic tier is skipped for them).
+`pending` counts the texts queued or encoding; the cache sheds past
+`PROXY_CACHE_EMBED_MAX_PENDING` (semantic.py: `SemanticTier.busy`), so a flood of distinct
+questions cannot make every lookup wait behind it. A text whose caller has gone (its future
+cancelled: the client left, the lookup was abandoned) is dropped by the worker, not encoded; it
+counts as pending until then.
 
 Encoding tokenizes once, then runs the transformer on ONNX Runtime (proxy/cache/onnx.py,
 `PROXY_CACHE_EMBED_BACKEND=onnx`, the default) or the model's own module pipeline under
@@ -54,8 +59,10 @@ class Embedder:
         self._queue: asyncio.Queue[tuple[str, asyncio.Future[Vector | None]]] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.calls = 0  # texts embedded
+        self.calls = 0  # texts queued
         self.batches = 0  # batches encoded
+        self.dropped = 0  # texts whose caller had gone when the worker reached them
+        self.pending = 0  # texts queued or encoding now (a gone caller's until dropped)
 
     @classmethod
     async def load(cls, model_name: str | None = None, threads: int | None = None,
@@ -114,27 +121,43 @@ class Embedder:
             self._loop = loop
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._run(self._queue))
+            self.pending = 0  # another loop's queue is gone with its loop
         self.calls += 1
         fut: asyncio.Future[Vector | None] = loop.create_future()
-        await self._queue.put((text, fut))
-        return await fut
+        self.pending += 1
+        self._queue.put_nowait((text, fut))  # unbounded: the callers bound it (pending)
+        return await fut  # cancelled with its caller: the worker then drops the text
+
+    def _live(self, batch: list[tuple[str, asyncio.Future[Vector | None]]]
+              ) -> list[tuple[str, asyncio.Future[Vector | None]]]:
+        """The texts whose caller still waits; the others are dropped (no longer pending)."""
+        live = [item for item in batch if not item[1].done()]
+        gone = len(batch) - len(live)
+        self.dropped += gone
+        self.pending -= gone
+        return live
 
     async def _run(self, queue: asyncio.Queue[tuple[str, asyncio.Future[Vector | None]]]) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await queue.get()]
+            batch = self._live([await queue.get()])
+            if not batch:
+                continue
             deadline = loop.time() + self._max_wait
-            while len(batch) < self._max_batch:
+            while len(batch) < self._max_batch:  # gone callers' texts take no place in it
                 if not queue.empty():
-                    batch.append(queue.get_nowait())
+                    batch += self._live([queue.get_nowait()])
                     continue
                 timeout = deadline - loop.time()
                 if timeout <= 0:
                     break
                 try:
-                    batch.append(await asyncio.wait_for(queue.get(), timeout))
+                    batch += self._live([await asyncio.wait_for(queue.get(), timeout)])
                 except TimeoutError:
                     break
+            batch = self._live(batch)  # some may have gone while it collected
+            if not batch:
+                continue
             texts = [t for t, _ in batch]
             self.batches += 1
             try:
@@ -144,6 +167,8 @@ class Embedder:
                     if not fut.done():
                         fut.set_exception(exc)
                 continue
+            finally:
+                self.pending -= len(batch)
             for (_, fut), vec in zip(batch, vectors, strict=True):
                 if not fut.done():
                     fut.set_result(vec)

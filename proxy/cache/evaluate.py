@@ -104,11 +104,13 @@ def settings(flags: dict[str, str | None] | None = None) -> CacheConfig:
 async def evaluate(pairs: list[dict[str, Any]], cfg: CacheConfig | None = None,
                    verbose: bool = False) -> dict[str, Any]:
     cfg = cfg or settings()
-    # every pair is looked up at once: no shedding, the judge scores them all (a shed lookup
-    # would count as a miss, and the evaluation is of the judge, not of its queue); the mode
-    # is the proxy's: exact has no semantic tier, off no cache (until 2026-11-28 both were
-    # evaluated as semantic, hits the proxy at those settings never serves)
-    cfg = replace(cfg, redis_url=None, snapshot=None, shared=False, judge_max_pending=0)
+    # every pair is looked up at once: no shedding, the embedder embeds and the judge scores
+    # them all (a shed lookup would count as a miss, and the evaluation is of the judge, not of
+    # its queues); the mode is the proxy's: exact has no semantic tier, off no cache (until
+    # 2026-11-28 both were evaluated as semantic, hits the proxy at those settings never
+    # serves)
+    cfg = replace(cfg, redis_url=None, snapshot=None, shared=False, judge_max_pending=0,
+                  embed_max_pending=0)
     embedder: Embedder | None = None
     judge: Judge | None = None
     if cfg.mode == "semantic":

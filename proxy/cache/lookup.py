@@ -214,9 +214,10 @@ class SemanticCache:
             self.metrics.stores.labels("refused").inc()
             return False
         keys, vector = ticket.keys, ticket.vector
-        if vector is None and self.cfg.mode == "semantic" and self.embedder is not None \
-                and keys.text is not None:
-            vector = await self.embedder.embed(keys.text)
+        tier = self.semantic
+        if vector is None and self.cfg.mode == "semantic" and tier is not None \
+                and keys.text is not None and not tier.busy():  # busy: exact-only entry
+            vector = await tier.embedder.embed(keys.text)
         entry = Entry(exact=keys.exact, partition=keys.partition, namespace=keys.namespace,
                       kind=ticket.kind, text=keys.text if vector is not None else None,
                       max_tokens=keys.max_tokens, answer=completion.body,

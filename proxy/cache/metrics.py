@@ -19,7 +19,8 @@ class CacheMetrics:
             buckets=(0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99, 1.0))
         self.rejections = Counter("proxy_cache_rejections_total",
                                   "Semantic candidates rejected: cosine floor, a hand-kept "
-                                  "rule, the judge, or the judge busy (shed)",
+                                  "rule, the judge, or the judge busy (shed); embed_busy: a "
+                                  "lookup that skipped the semantic tier, the embedder busy",
                                   ["reason"], registry=reg)
         self.judge_verdicts = Counter("proxy_cache_judge_verdicts_total",
                                       "Semantic candidates the learned judge scored, by verdict",

@@ -1,10 +1,11 @@
 """The semantic tier: the stored question closest in meaning whose answer serves this request.
 
-find(keys):  embed the question (micro-batched, embedder.py) -> catch up the index with other
-writers (the store's changes) -> top-k ids in the partition (index.py) -> entries from the store
--> cosine floor and hand-kept rules (verify.py) -> the learned judge scores the survivors in one
-batch (judge.py) -> the best accepted one is served for this max_tokens (serve.py). The exact
-tier, single flight and storing are lookup.py's.
+find(keys):  embed the question (micro-batched, embedder.py; with the embedder busy, a miss
+instead: `busy`) -> catch up the index with other writers (the store's changes) -> top-k ids in
+the partition (index.py) -> entries from the store -> cosine floor and hand-kept rules
+(verify.py) -> the learned judge scores the survivors in one batch (judge.py) -> the best
+accepted one is served for this max_tokens (serve.py). The exact tier, single flight and
+storing are lookup.py's.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class SemanticTier:
         """A semantic hit, or None; and the question's vector (None: not embedded)."""
         if keys.text is None:
             return None, None
+        if self.busy():  # shed: a miss, not a queue
+            self.metrics.rejections.labels("embed_busy").inc()
+            return None, None
         if hedge is not None:
             hedge()
         started = time.perf_counter()
@@ -80,6 +84,12 @@ class SemanticTier:
         if best is not None:
             self.metrics.similarity.labels("miss").observe(best)
         return None, vector
+
+    def busy(self) -> bool:
+        """The embedder holds as many texts as PROXY_CACHE_EMBED_MAX_PENDING allows: a lookup
+        skips this tier (a miss unless the exact tier hit) and a store keeps its entry for
+        the exact tier only (lookup.py), rather than queue behind them."""
+        return 0 < self.cfg.embed_max_pending <= self.embedder.pending
 
     async def _judged(self, text: str, pending: list[tuple[float, Entry]]
                       ) -> list[tuple[float, Entry]]:
