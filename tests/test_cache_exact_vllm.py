@@ -2,7 +2,8 @@
 answer is the one vLLM gives that request (text, finish reason, usage).
 
 Generated pairs of request variants (length fields present, absent or null on both endpoints,
-stop strings, ignore_eos, min_tokens, seed, streaming): send A, then B; when B is an exact HIT,
+stop strings, ignore_eos, min_tokens, seed, streaming, json schemas whose properties come in
+another order): send A, then B; when B is an exact HIT,
 B is sent again with `Cache-Control: no-cache` (straight to vLLM, through the same policy) and
 the two must agree. The default run tries a few dozen pairs; `make test-slow` runs thousands
 (`-m slow -k exact_vllm`).
@@ -37,6 +38,14 @@ def _field(values: list[Any]) -> st.SearchStrategy[Any]:
     return st.sampled_from([ABSENT, *values])
 
 
+def _schema(*names: str) -> dict[str, Any]:
+    """A json_schema response_format whose properties come in this order (the grammar makes
+    the model write them so: keyed as sent, never sorted)."""
+    props = {n: {"type": "integer"} if n == "count" else {"type": "string"} for n in names}
+    return {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "object", "properties": props, "required": sorted(names)}}}
+
+
 FIELDS = {
     "max_tokens": _field([None, 1, 3, 8, 30]),
     "max_completion_tokens": _field([None, 2, 6, 512]),
@@ -45,6 +54,7 @@ FIELDS = {
     "min_tokens": _field([2]),
     "seed": _field([1, 2]),
     "stream": _field([True, False]),
+    "response_format": _field([_schema("count", "name"), _schema("name", "count")]),
 }
 
 
@@ -133,6 +143,22 @@ def test_the_two_poisoning_cases(proxy: str) -> None:
         cache, served = answer(c, "chat", {"model": "tiny", "messages": msgs, "max_tokens": 20,
                                            "ignore_eos": True})
         assert cache != "HIT/exact" and served[3][1] == 20
+
+
+def test_schemas_differing_only_in_property_order_are_two_answers(proxy: str) -> None:
+    """Found by a review: keys hashed with sorted objects made the second an exact HIT on the
+    first's answer, though vLLM writes the properties in the order the schema gives them."""
+    with httpx.Client(base_url=proxy, timeout=120) as c:
+        for kind in ("chat", "completions"):
+            first, second = (request(kind, "Describe a cat as JSON",
+                                     {"max_tokens": 24, "response_format": _schema(*names)})
+                             for names in (("count", "name"), ("name", "count")))
+            _, one = answer(c, kind, first)
+            assert answer(c, kind, first)[0] == "HIT/exact"  # stored
+            cache, two = answer(c, kind, second)
+            assert cache != "HIT/exact", (kind, one, two)
+            assert one[0].lstrip().startswith('{"count"'), one
+            assert two[0].lstrip().startswith('{"name"'), two
 
 
 @settings(max_examples=120, deadline=None, derandomize=True,
