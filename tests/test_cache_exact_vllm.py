@@ -3,10 +3,10 @@ answer is the one vLLM gives that request (text, finish reason, usage).
 
 Generated pairs of request variants (length fields present, absent or null on both endpoints,
 stop strings, ignore_eos, min_tokens, seed, streaming, json schemas whose properties come in
-another order): send A, then B; when B is an exact HIT,
-B is sent again with `Cache-Control: no-cache` (straight to vLLM, through the same policy) and
-the two must agree. The default run tries a few dozen pairs; `make test-slow` runs thousands
-(`-m slow -k exact_vllm`).
+another order): send A, then B; when B is an exact HIT, B is sent again with
+`Cache-Control: no-cache` (straight to vLLM, through the same policy) and the two must agree.
+The default run tries 300 pairs (issue 11 asks for hundreds in CI); `make test-slow` runs
+thousands (`-m slow -k exact_vllm`).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_schemas_differing_only_in_property_order_are_two_answers(proxy: str) ->
             assert two[0].lstrip().startswith('{"name"'), two
 
 
-@settings(max_examples=120, deadline=None, derandomize=True,
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=KINDS, prompt=st.sampled_from(PROMPTS), pair=pairs())
 def test_an_exact_hit_is_what_vllm_answers(proxy: str, kind: str, prompt: str,
@@ -172,7 +172,7 @@ def test_an_exact_hit_is_what_vllm_answers(proxy: str, kind: str, prompt: str,
 
 def test_the_property_saw_hits() -> None:
     """The generator makes pairs that do hit: a property never exercised proves nothing."""
-    assert len(HITS) >= 5, HITS
+    assert len(HITS) >= 20, HITS
 
 
 @pytest.mark.slow
