@@ -98,6 +98,16 @@ NOT_THE_SAME = [
     ('What is len("a  b")?', 'What is len("a b")?'),
     ("How do I reverse a list?", "How do I reverse a list in Python?"),
     ("Convert JSON to YAML", "Convert YAML to JSON"),
+    # a probe (session 23): code kept its meaning only up to its ends and a final "."
+    ("import numpy as np\nnp", "import numpy as np\nnp."),
+    ("user = get_user()\nuser", "user = get_user()\nuser."),
+    ("def fib(n):\n", "def fib(n):\n    "), ("x = [1, 2,", "  x = [1, 2,"),
+    ("<div>", "<div>\n  "), ("Q: name a color\nA:", "Q: name a color\nA: "),
+    ("def add(a, b):\n    return", "def add(a, b):\n    return "),
+    ("What does f(x) return?", "What does f(x) return"),
+    # and an opening acronym is a name, not a question word
+    ("WHO says masks work", "who says masks work"), ("CAN bus protocol?", "can bus protocol?"),
+    ("IS curve in macroeconomics", "is curve in macroeconomics"),
 ]
 
 

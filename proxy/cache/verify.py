@@ -128,10 +128,10 @@ _I = re.compile(r"\bi\b")
 
 
 def _plain(text: str) -> str:
-    text = text.translate(_WIDE).strip()
-    if not _CODE.search(text):
-        text = re.sub(r"[ \t]+", " ", text)
-    return _END.sub("", text)
+    wide = text.translate(_WIDE)
+    if _CODE.search(wide):  # code's every character may be its meaning: kept as written
+        return text
+    return _END.sub("", re.sub(r"[ \t]+", " ", wide.strip()))
 
 
 def _lead(text: str) -> str:
@@ -139,16 +139,22 @@ def _lead(text: str) -> str:
     the pronoun I: the only capitals a retyped question may lose without changing it."""
     def first(m: re.Match[str]) -> str:
         word = m.group(2)
-        return m.group(1) + (word.capitalize() if word.casefold() in _OPENERS else word)
+        acronym = len(word) > 1 and word.isupper()  # "WHO says", "CAN bus": a name
+        return m.group(1) + (word.capitalize() if word.casefold() in _OPENERS and not acronym
+                             else word)
 
     return _I.sub("I", _FIRST.sub(first, text))
 
 
 def same_question(query: str, cached: str) -> bool:
-    """The same question written otherwise: other spacing (outside code), a trailing "?", "."
-    or "!" after a word, full-width forms, and the capitals of a sentence's first (question
-    or function) word and of "I" (review of 2026-11-28: whole-text case folding, NFKC and
-    stripping after digits made "Is Co toxic?"/"Is CO toxic?", "x²"/"x2", "10!"/"10" one)."""
+    """The same question written otherwise: other spacing, a trailing "?", "." or "!" after a
+    word, full-width forms, and the capitals of a sentence's first (question or function)
+    word, unless it is all capitals ("WHO", "CAN"), and of "I" (review of 2026-11-28:
+    whole-text case folding, NFKC and stripping after digits made "Is Co toxic?"/"Is CO
+    toxic?", "x²"/"x2", "10!"/"10" one). A text with code-like characters is the same only
+    as written, character for character (a probe of session 23: its ends were trimmed and a
+    final "." dropped, so "...\nnp" / "...\nnp." and "def fib(n):\n" / "def fib(n):\n    "
+    shared answers)."""
     a, b = _plain(query), _plain(cached)
     if a == b:
         return True
