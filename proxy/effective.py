@@ -145,6 +145,12 @@ def _fetched_media(messages: Any) -> bool:
     return False
 
 
+def prompt_in_answer(body: dict[str, Any]) -> bool:
+    """Whether the answer carries the request's own prompt (`prompt_token_ids`, chat's
+    `prompt_text`): only the same prompt may share it, never a semantic hit's other question."""
+    return bool(body.get("return_token_ids")) or bool(body.get("return_prompt_text"))
+
+
 def keyed_fields(kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
     """What goes into the cache's partition besides model, question and context."""
     return {k: v for k, v in body.items() if k in KEYED[kind]}

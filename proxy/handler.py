@@ -123,7 +123,8 @@ class CompletionHandler:
             result = await until_disconnect(request, d.cache.lookup(CacheRequest(
                 kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control,
                 hedge, policy.exact_only(kind, tenant, request.headers.get(policy.SEMANTIC_HEADER),
-                                         s.cache_exact_only))))
+                                         s.cache_exact_only),
+                input_tokens if trace.weight == 1 else None)))
         except BaseException:
             if hedge is not None:
                 await hedge.cancel()

@@ -23,6 +23,8 @@ class CacheRequest:
     # handler starts the upstream call then, so a miss does not wait for the embedding.
     hedge: Callable[[], None] | None = None
     exact_only: bool = False  # skip the semantic tier (X-Cache-Semantic: off, or a setting)
+    # the prompt's tokens as the proxy counted them (one prompt): a semantic hit's usage
+    prompt_tokens: int | None = None
 
 
 class Shared(Protocol):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -241,3 +242,39 @@ async def test_twins_of_an_answer_that_cannot_be_stored_all_go_upstream_at_once(
         assert (await cache.stats())["in_flight"] == 0
     finally:
         await cache.aclose()
+
+
+async def test_a_semantic_hit_reports_the_prompt_tokens_of_the_question_asked(
+        cache: SemanticCache) -> None:
+    """A probe (session 23): a semantic hit's usage was the stored question's (prompt_tokens
+    23 where vLLM counts the question asked as 22); clients bill by it."""
+    question = "How do I reverse a list in Python?"
+    miss = await cache.lookup(chat(question, stream=True))
+    await cache.store(miss.ticket, completion("use reversed()", pieces=("use", " reversed()"),
+                                              streamed=True))
+    paraphrase = "What's the way to reverse a Python list?"
+    for stream in (False, True):
+        req = replace(chat(paraphrase, stream=stream), prompt_tokens=11)
+        sem = await cache.lookup(req)
+        assert (sem.status, sem.tier) == ("hit", "semantic") and sem.answer is not None
+        assert sem.answer["usage"] == {"prompt_tokens": 11, "completion_tokens": 2,
+                                       "total_tokens": 13}
+        if stream:
+            assert sem.events is not None
+            assert [c["usage"] for c in sem.events if c.get("usage")] == [sem.answer["usage"]]
+    exact = await cache.lookup(replace(chat(question), prompt_tokens=11))
+    assert exact.tier == "exact" and exact.answer is not None
+    assert exact.answer["usage"]["prompt_tokens"] == 7  # vLLM's own count, stored with it
+
+
+async def test_an_answer_that_carries_its_prompt_is_never_another_questions(
+        cache: SemanticCache) -> None:
+    """return_token_ids answers with prompt_token_ids, return_prompt_text with the rendered
+    prompt: a paraphrase's would be another prompt's."""
+    for extra in ({"return_token_ids": True}, {"return_prompt_text": True}):
+        await fill(cache, "How do I reverse a list in Python?", "use reversed()", **extra)
+        sem = await cache.lookup(chat("What's the way to reverse a Python list?", **extra))
+        assert sem.status == "miss", extra
+        await cache.abandon(sem.ticket)
+        same = await cache.lookup(chat("How do I reverse a list in Python?", **extra))
+        assert (same.status, same.tier) == ("hit", "exact")

@@ -64,6 +64,14 @@ async def test_miss_then_exact_and_semantic_hits(vllm: Vllm) -> None:
         metrics = (await c.get("/metrics")).text
         assert 'proxy_cache_lookups_total{result="hit",tier="semantic"} 1.0' in metrics
         assert 'proxy_cache_rejections_total{reason="negation"} 1.0' in metrics
+        # the hit's usage is the question asked, as vLLM counts it (was the stored question's)
+        own = await c.post("/v1/chat/completions", headers={"Cache-Control": "no-cache"},
+                           json=ask("What's the way to reverse a Python list?"))
+        assert own.headers["X-Cache"] == "MISS"
+        assert para.json()["usage"]["prompt_tokens"] == own.json()["usage"]["prompt_tokens"] \
+            != first.json()["usage"]["prompt_tokens"]
+        assert para.json()["usage"]["total_tokens"] == sum(
+            para.json()["usage"][k] for k in ("prompt_tokens", "completion_tokens"))
 
 
 async def test_stream_miss_is_stored_and_hit_replays_as_sse(vllm: Vllm) -> None:

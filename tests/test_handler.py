@@ -378,6 +378,8 @@ async def test_cache_hit_json_and_stream_replay(with_cache):
     req = cache.seen[0]
     assert req.kind == "chat" and req.no_store and not req.no_cache
     assert req.tenant and req.body["temperature"] == 0.0 and req.body["max_tokens"] == 512
+    # the prompt's count, for a semantic hit's usage (the proxy's, as it clips and charges)
+    assert isinstance(req.prompt_tokens, int) and req.prompt_tokens > 0
 
 
 async def test_cache_miss_stores_json_and_streamed_answers(with_cache):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from proxy.cache.claims import Claims, NoClaims, claimed, lead
@@ -26,9 +26,9 @@ from proxy.cache.flight import Ended, Flight, Flights
 from proxy.cache.keys import RequestKeys, request_keys
 from proxy.cache.metrics import CacheMetrics
 from proxy.cache.semantic import SemanticTier
-from proxy.cache.serve import answered
+from proxy.cache.serve import answered, own_prompt
 from proxy.cache.store import Store, StoreUnavailable
-from proxy.effective import uncacheable
+from proxy.effective import prompt_in_answer, uncacheable
 from proxy.types import BYPASS, CacheRequest, CacheResult, Completion, TextCounter
 
 if TYPE_CHECKING:  # the semantic tier's (numpy, faiss): imported when it is on
@@ -135,7 +135,7 @@ class SemanticCache:
                     # time as each re-look's leader (each wait one of their tries: with the
                     # store in Redis the fourth twin went upstream although the answer was
                     # stored; found by a review)
-                    hit, _ = await self._find(keys, None, req.exact_only, streams)
+                    hit, _ = await self._find(keys, req, None, streams)
                     if hit is not None:
                         return hit
                 if ended == "unstored":
@@ -160,7 +160,7 @@ class SemanticCache:
             self._flights.unstreamed.add(flight)
         own = Ticket(keys, req.kind, None, flight)
         try:  # the client may leave (cancelled): the flight must not stay registered
-            hit, own.vector = await self._find(keys, hook, req.exact_only, streams)
+            hit, own.vector = await self._find(keys, req, hook, streams)
             leads = hit is None and await lead(self.claims, _twins(keys), streams, own.claims)
         except BaseException:
             self._release(own, "failed")
@@ -183,17 +183,22 @@ class SemanticCache:
             self._release(own, "answered")
         return None
 
-    async def _find(self, keys: RequestKeys, hedge: Callable[[], None] | None = None,
-                    exact_only: bool = False, streams: bool = False
+    async def _find(self, keys: RequestKeys, req: CacheRequest,
+                    hedge: Callable[[], None] | None = None, streams: bool = False
                     ) -> tuple[CacheResult | None, Vector | None]:
         entry = await self.db.get_exact(keys.exact)
         if entry is not None and entry.exact == keys.exact and entry.partition == keys.partition:
             hit = answered(entry, keys.max_tokens, streams, self.count)
             if hit is not None:
                 return CacheResult("hit", "exact", 1.0, hit[0], events=hit[1]), None
-        if self.cfg.mode != "semantic" or self.semantic is None or exact_only:
+        if self.cfg.mode != "semantic" or self.semantic is None or req.exact_only \
+                or prompt_in_answer(req.body):
             return None, None
-        return await self.semantic.find(keys, hedge, streams)
+        found, vector = await self.semantic.find(keys, hedge, streams)
+        if found is not None and found.answer is not None and req.prompt_tokens is not None:
+            answer, events = own_prompt(found.answer, found.events, req.prompt_tokens)
+            found = replace(found, answer=answer, events=events)
+        return found, vector
 
     async def store(self, ticket: object, completion: Completion) -> None:
         if not isinstance(ticket, Ticket) or ticket.done:

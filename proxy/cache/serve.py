@@ -157,3 +157,21 @@ def whole(entry: Entry, max_tokens: int | None) -> bool:
     return used is not None and (
         (reason == "stop" and (max_tokens is None or max_tokens >= used))
         or (reason == "length" and max_tokens == entry.max_tokens))
+
+
+def own_prompt(answer: dict[str, Any], events: Chunks | None, prompt_tokens: int
+               ) -> tuple[dict[str, Any], Chunks | None]:
+    """A semantic hit's answer and chunks with the usage of the request asked: its own prompt's
+    tokens (as the proxy counted them to clip and charge it), the stored answer's completion
+    tokens (a probe of session 23: the hit reported the stored question's prompt_tokens)."""
+    def counted(usage: Any) -> Any:
+        if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+            return usage
+        done = usage.get("completion_tokens")
+        total = prompt_tokens + done if isinstance(done, int) else usage.get("total_tokens")
+        return {**usage, "prompt_tokens": prompt_tokens, "total_tokens": total}
+
+    answer = {**answer, "usage": counted(answer["usage"])} if "usage" in answer else answer
+    if events is not None:
+        events = [{**c, "usage": counted(c["usage"])} if c.get("usage") else c for c in events]
+    return answer, events
