@@ -12,7 +12,7 @@ from starlette.responses import Response
 from proxy.headers import sse_headers
 from proxy.relay import followed, replay_stream
 from proxy.sending import JsonAnswer, RelayResponse
-from proxy.sse import replay
+from proxy.sse import replay, response_id
 from proxy.trace import Finisher, Trace
 from proxy.types import CacheResult, Kind
 
@@ -28,16 +28,17 @@ def answer_hit(kind: Kind, result: CacheResult, stream: bool, usage: bool,
     leave = None
     if result.live is not None:  # an identical stream in flight (only streams follow one)
         live = result.live
-        events = followed(kind, live, usage)
+        events = followed(kind, live, usage, trace.rid)
 
         async def leave() -> None:  # counted out of the flight however the response ends
             live.leave()
     elif not stream:
         assert result.answer is not None
-        return JsonAnswer(orjson.dumps(result.answer), headers, **finish.send_limits(),
+        answer = {**result.answer, "id": response_id(kind, trace.rid)}  # as a miss's
+        return JsonAnswer(orjson.dumps(answer), headers, **finish.send_limits(),
                           on_sent=finish.sent(trace))
     else:  # a stream's hit is always vLLM's chunks (cache/serve.py: answered)
         assert result.events is not None
-        events = replay_stream(replay(kind, usage, result.events))
+        events = replay_stream(replay(kind, usage, result.events, trace.rid))
     return RelayResponse(events, finish.closer(trace, leave), headers=sse_headers(headers),
                          **finish.send_limits())

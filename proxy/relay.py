@@ -163,10 +163,11 @@ class Pump:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
-async def followed(kind: Kind, live: LiveStream, include_usage: bool) -> AsyncIterator[bytes]:
+async def followed(kind: Kind, live: LiveStream, include_usage: bool,
+                   rid: str | None = None) -> AsyncIterator[bytes]:
     """An identical stream in flight, as this request's own stream (cache/flight.py): each
     event re-framed as a replay is; an error event if the shared stream did not end well."""
-    head = replay_head(kind)
+    head = replay_head(kind, rid)
     # without include_usage vLLM stamps system_fingerprint on the terminal chunks: as the
     # leader's relay (_process) does, they wait for the usage chunk dropped here and take its
     # fingerprint (found by a review: a follower's stream had none)

@@ -145,12 +145,13 @@ class Accumulator:
                 "prompt_token_ids": self.prompt_ids.get(i), "routed_experts": None}
 
 
-def replay(kind: Kind, include_usage: bool, events: Chunks) -> Iterator[bytes]:
+def replay(kind: Kind, include_usage: bool, events: Chunks,
+           rid: str | None = None) -> Iterator[bytes]:
     """A cached answer as a stream: vLLM's own chunks, stored from its stream (cut at a
     shorter limit by the lookup), with a new id and created; parsed and checked by the lookup
     (cache/serve.py's `answered`). A stream is never made from a JSON answer: it does not say
     where vLLM's tokens were, so its chunks would not be vLLM's (such a request is a miss)."""
-    yield from _replayed(replay_head(kind), events, include_usage)
+    yield from _replayed(replay_head(kind, rid), events, include_usage)
 
 
 def _replayed(head: dict[str, Any], events: list[dict[str, Any]],
@@ -169,10 +170,16 @@ def _replayed(head: dict[str, Any], events: list[dict[str, Any]],
     yield DONE
 
 
-def replay_head(kind: Kind) -> dict[str, Any]:
+def response_id(kind: Kind, rid: str | None = None) -> str:
+    """The id vLLM gives the answer to a request the proxy sends with X-Request-ID `rid`
+    (a miss's), so that a hit's is the same; a random one without."""
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + (rid or uuid.uuid4().hex)
+
+
+def replay_head(kind: Kind, rid: str | None = None) -> dict[str, Any]:
     """A replayed or followed stream's own id, object and created."""
     chat = kind == "chat"
-    return {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+    return {"id": response_id(kind, rid),
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time())}
 

@@ -365,7 +365,8 @@ async def test_cache_hit_json_and_stream_replay(with_cache):
         s = await c.post("/v1/chat/completions", headers=auth, json={
             **CHAT, "stream": True, "stream_options": {"include_usage": True}})
     assert fake.completions() == []
-    assert j.json() == ANSWER
+    # its id is the one vLLM gives a miss: the X-Request-ID the proxy sends (was chatcmpl-cache-…)
+    assert j.json() == {**ANSWER, "id": "chatcmpl-" + j.headers["x-request-id"]}
     assert (j.headers["x-cache"], j.headers["x-cache-tier"]) == ("HIT", "semantic")
     assert j.headers["x-cache-similarity"] == "0.9700"
     events = sse_events(s.text)
@@ -374,6 +375,7 @@ async def test_cache_hit_json_and_stream_replay(with_cache):
     text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks
                    if ch["choices"])
     assert text == "Paris is nice." and len(chunks) >= 5
+    assert {ch["id"] for ch in chunks} == {"chatcmpl-" + s.headers["x-request-id"]}
     assert chunks[-1]["usage"] == ANSWER["usage"]
     req = cache.seen[0]
     assert req.kind == "chat" and req.no_store and not req.no_cache

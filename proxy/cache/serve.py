@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import time
-import uuid
 from typing import Any
 
 from proxy.cache.entry import Entry, answer_text, chunks
@@ -144,9 +143,7 @@ def serve(entry: Entry, max_tokens: int | None,
             usage["total_tokens"] = usage["prompt_tokens"] + max_tokens
     if answer is None:
         return None
-    prefix = "chatcmpl" if entry.kind == "chat" else "cmpl"
-    answer["id"] = f"{prefix}-cache-{uuid.uuid4().hex}"
-    answer["created"] = int(time.time())
+    answer["created"] = int(time.time())  # its id is the request's own (hit.py)
     return answer
 
 
