@@ -3,7 +3,8 @@
 Where a judge's confident mistakes are, on dev only: for each variant's dev logits (the
 `dev_scores.json` that `tools.judge.sweep` writes), the false hits among its N most confident
 pairs by kind, and at the logit that keeps 85 % of the equal pairs (the issue's recall goal)
-the precision and each kind's false hits out of its pairs.
+the precision and each kind's false hits out of its pairs. First, how saturated the logits
+are: the pairs within 0.02 of the highest, which no threshold can tell apart.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from tools.judge.train import load
 def report(name: str, dev: list[dict[str, Any]], scores: np.ndarray) -> str:
     y = np.array([bool(p["same"]) for p in dev])
     order = np.argsort(-scores, kind="stable")
-    lines = []
+    top = scores >= scores.max() - 0.02
+    lines = [f"{name} logits {scores.min():.2f} .. {scores.max():.2f}; within 0.02 of the top: "
+             f"{top.sum()} pairs, precision {y[top].mean():.4f}, recall "
+             f"{y[top].sum() / y.sum():.3f}"]
     for n in (200, 500, 1000):
         wrong = Counter(dev[i]["kind"] for i in order[:n] if not y[i])
         lines.append(f"{name} top {n}: {sum(wrong.values())} false hits "
