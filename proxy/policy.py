@@ -116,7 +116,8 @@ SEMANTIC_HEADER = "x-cache-semantic"  # "off": this request may only hit the exa
 def exact_only(kind: Kind, tenant: str, header: str | None, rules: tuple[str, ...]) -> bool:
     """Whether a request must skip the semantic tier: the client asked (X-Cache-Semantic: off),
     or PROXY_CACHE_EXACT_ONLY names its route ("chat", "completions") or its API key's identity
-    ("key:<identity>", as /metrics and PROXY_KEY_LIMITS name keys)."""
+    ("key:<identity>", as /metrics and PROXY_KEY_LIMITS name keys). Its default names
+    "completions" (proxy/settings.py): a prompt to be continued is not a question."""
     if (header or "").strip().lower() == "off":
         return True
     return kind in rules or (bool(tenant) and f"key:{tenant}" in rules)

@@ -72,8 +72,10 @@ class Settings:
     cache_ttl: float = 3600.0
     cache_max_entries: int = 10000
     cache_hedge: bool = True  # start the upstream call while the semantic tier searches
-    # exact tier only for these: "chat", "completions", "key:<identity>" (proxy/policy.py)
-    cache_exact_only: tuple[str, ...] = ()
+    # exact tier only for these: "chat", "completions", "key:<identity>" (proxy/policy.py).
+    # Completions by default: vLLM continues a prompt from its every character ("...np" and
+    # "...np." differ), so no other prompt is the same request; () gives it the semantic tier
+    cache_exact_only: tuple[str, ...] = ("completions",)
     redis_url: str | None = None
     admin_key: str | None = None
     metrics_key: str | None = None  # when set, /metrics and /ready need it as a bearer token

@@ -132,7 +132,8 @@ _SPEC: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "cache_hedge": ("PROXY_CACHE_HEDGE", _onoff,
                     "start the upstream call while the semantic tier searches: on | off"),
     "cache_exact_only": ("PROXY_CACHE_EXACT_ONLY", _csv,
-                         "exact tier only for: chat, completions, key:<identity> (comma list)"),
+                         "exact tier only for: chat, completions, key:<identity> (comma "
+                         "list; empty: none)"),
     "redis_url": ("PROXY_REDIS_URL", _opt_str, "Redis for the cache (unset: memory)"),
     "admin_key": ("PROXY_ADMIN_KEY", _opt_str, "key for the cache admin endpoints"),
     "metrics_key": ("PROXY_METRICS_KEY", _opt_str, "bearer key for /metrics and /ready"),
