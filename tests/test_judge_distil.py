@@ -219,3 +219,33 @@ def test_judge_json_records_weights_made_elsewhere_by_their_hash_and_recipe(tmp_
     assert meta["weights_sha256"] == hashlib.sha256(b"state dict").hexdigest()
     here = trained_meta(argparse.Namespace(**common, weights=None, recipe=None))
     assert here["lr"] == "8e-05" and here["seed"] == "11" and "recipe" not in here
+
+
+def test_the_variants_script_trains_each_variant_and_carries_it(tiny: tuple[Path, Path],
+                                                                tmp_path: Path) -> None:
+    """bench/gpu/judge_variants.sh on the CPU: a plain and a label-smoothed variant of one seed
+    (the same batches, another loss), the summary, and the carry's parts of their weights."""
+    import os
+    import subprocess
+    import sys
+
+    base, data = tiny
+    out = tmp_path / "v"
+    env = {**os.environ, "PYTHON": sys.executable, "DEVICES": "cpu cpu", "MPNET": str(base),
+           "DATA": str(data), "OMP_NUM_THREADS": "1", "WEIGHTS": "1"}
+    done = subprocess.run(["bash", "bench/gpu/judge_variants.sh", str(out),
+                           "plain=2/3e-2/mean/7/4", "smooth=2/3e-2/mean/7/4/0.4"], env=env,
+                          cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted((out / "status").read_text().split()) == sorted(
+        "plain rc 0 smooth rc 0".split())
+    plain, smooth = (orjson.loads((out / n / "dev_scores.json").read_bytes()) for n in
+                     ("plain", "smooth"))
+    assert list(smooth) == ["2/3e-2/mean/7/4/0.4"] and list(plain) == ["2/3e-2/mean/7/4"]
+    assert next(iter(plain.values())) != next(iter(smooth.values()))
+    summary = (out / "summary.md").read_text()
+    assert "| plain |" in summary and "| smooth |" in summary and (out / "done").exists()
+    for name in ("plain", "smooth"):
+        joined = b"".join(p.read_bytes() for p in sorted((out / "carry").glob(f"{name}.pt.part*")))
+        assert joined == (out / name / "best.pt").read_bytes()

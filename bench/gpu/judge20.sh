@@ -96,34 +96,8 @@ if [ -n "$OOF_DEVICE" ]; then
 fi
 wait
 
-"$PY" - "$R" <<'PY'
-import json, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-lines = ["| run | alpha | T | AUC | R@P0.99 | R@P0.95 | R@P0.90 | agree | s |",
-         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-for sweep in sorted(root.glob("*/sweep.json")):
-    for r in json.loads(sweep.read_text()):
-        cells = [sweep.parent.name, r.get("alpha", ""), r.get("temperature", "")]
-        cells += [f"{r[k]:.4f}" for k in ("auc", "recall_at_p0.99", "recall_at_p0.95",
-                                           "recall_at_p0.9")]
-        agree = r.get("agree")
-        cells += ["" if agree is None else f"{agree:.3f}", r["seconds"]]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-if list(root.glob("mpnet-fold*/sweep.json")):
-    lines.append("\nmpnet-fold*: scored on the half of train it did not train on, not on dev.")
-(root / "summary.md").write_text("\n".join(lines) + "\n")
-print("\n".join(lines))
-PY
+"$PY" -m tools.judge.summary "$R"
 
-mkdir -p "$R/carry"
-rm -f "$R"/carry/*
-for pt in "$R"/minilm*/best.pt "$R"/mpnet/best.pt "$R"/mpnet-s12/best.pt; do  # not the folds
-  [ -e "$pt" ] || continue
-  name=$(basename "$(dirname "$pt")")
-  split -b 15M -d -a 2 "$pt" "$R/carry/$name.pt.part"
-  echo "$(sha256sum < "$pt" | cut -d' ' -f1)  $name.pt" >> "$R/carry/SHA256SUMS"
-done
-tar -C "$R" -czf "$R/carry/summary.tar.gz" --exclude=carry --exclude=data --exclude='*.pt' \
-  --exclude='*.jsonl' .
-ls -la "$R/carry"
+# not the folds' weights
+bash bench/gpu/judge_carry.sh "$R" "$R"/minilm*/best.pt "$R"/mpnet/best.pt "$R"/mpnet-s12/best.pt
 touch "$R/done"

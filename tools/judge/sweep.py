@@ -1,6 +1,9 @@
-"""python -m tools.judge.sweep --base DIR --device cuda --out DIR [--variants E/LR/POOL/SEED/B,...]
+"""python -m tools.judge.sweep --base DIR --device cuda --out DIR [--variants SPEC,...]
 
-Trains several judge variants (epochs / learning rate / pooling / seed / batch) on train.jsonl
+SPEC: E/LR/POOL/SEED/B[/S].
+
+Trains several judge variants (epochs / learning rate / pooling / seed / batch, and optionally
+label smoothing S: train.train's `smooth`) on train.jsonl
 where training is cheap (a GPU: seconds per variant, where the CPU box needs ~45 minutes for
 one) and scores each on dev only, as served (the (a, b) logit): AUC and the best dev recall at
 precision 0.99 / 0.95 / 0.90. The variant with the best dev recall at precision 0.95 (then AUC)
@@ -92,11 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     scores: dict[str, list[float]] = {}
     best: tuple[float, float] = (-1.0, -1.0)
     for spec in args.variants.split(","):
-        epochs, lr, pooling, seed, batch = spec.split("/")
+        epochs, lr, pooling, seed, batch, *rest = spec.split("/")
         started = time.perf_counter()
         model, tok = train(pairs, int(seed), int(epochs), float(lr), int(batch),
                            device=args.device, base=args.base, pooling=pooling,
-                           teacher=teacher, alpha=args.alpha, temperature=args.temperature)
+                           teacher=teacher, alpha=args.alpha, temperature=args.temperature,
+                           smooth=float(rest[0]) if rest else 0.0)
         dev_s = dev_scores(model, tok, dev, args.device)
         scores[spec] = [round(float(x), 4) for x in dev_s]
         row = {"variant": spec, **distil, "seconds": round(time.perf_counter() - started, 1),

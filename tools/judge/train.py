@@ -114,12 +114,13 @@ def batch_of(pairs: list[dict[str, Any]], rows: list[int], flip: list[bool],
 def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
           batch: int, device: str = "cpu", base: str | None = None,
           pooling: str = "mean", teacher: Sequence[Sequence[float]] | None = None,
-          alpha: float = ALPHA, temperature: float = TEMPERATURE) -> Any:
+          alpha: float = ALPHA, temperature: float = TEMPERATURE, smooth: float = 0.0) -> Any:
     """Fine-tunes a PairScorer on `pairs`. With `teacher` (for each pair the teacher's logits
     in both orders, (a-b, b-a), as tools.judge.distil writes them) the loss is
     `distil_loss`'s mix of teacher and labels. The order of the pairs and the reading order
     of each come from `seed` alone, so a student and a plain run of one seed see the same
-    batches."""
+    batches. `smooth` > 0: the labels are smoothed to `smooth` / 2 and 1 - `smooth` / 2 (the
+    BCE optimum is then a finite logit, not the ceiling every confident pair reaches)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -148,6 +149,7 @@ def train(pairs: list[dict[str, Any]], seed: int, epochs: int, lr: float,
             rows = order[i:i + batch]
             flip = [rng.random() < 0.5 for _ in rows]  # both orders, as queries come
             firsts, seconds, labels, soft = batch_of(pairs, rows, flip, teacher)
+            labels = [y * (1 - smooth) + smooth / 2 for y in labels]
             enc = tok(firsts, seconds, padding=True, truncation=True, max_length=MAX_TOKENS,
                       return_tensors="pt").to(device)
             loss = distil_loss(
