@@ -124,7 +124,8 @@ class CompletionHandler:
                 kind, body, tenant, "no-cache" in cache_control, "no-store" in cache_control,
                 hedge, policy.exact_only(kind, tenant, request.headers.get(policy.SEMANTIC_HEADER),
                                          s.cache_exact_only),
-                input_tokens if trace.weight == 1 else None)))
+                prompt_tokens=input_tokens if trace.weight == 1 else None,
+                searchable=policy.searchable(kind, s.cache_exact_only))))
         except BaseException:
             if hedge is not None:
                 await hedge.cancel()

@@ -113,6 +113,13 @@ def with_usage(body: dict[str, Any]) -> dict[str, Any]:
 SEMANTIC_HEADER = "x-cache-semantic"  # "off": this request may only hit the exact tier
 
 
+def searchable(kind: Kind, rules: tuple[str, ...]) -> bool:
+    """Whether requests of this route may be answered by meaning at all: not when
+    PROXY_CACHE_EXACT_ONLY names the route (then their answers are not embedded either: no
+    request would search for them)."""
+    return kind not in rules
+
+
 def exact_only(kind: Kind, tenant: str, header: str | None, rules: tuple[str, ...]) -> bool:
     """Whether a request must skip the semantic tier: the client asked (X-Cache-Semantic: off),
     or PROXY_CACHE_EXACT_ONLY names its route ("chat", "completions") or its API key's identity
@@ -120,4 +127,4 @@ def exact_only(kind: Kind, tenant: str, header: str | None, rules: tuple[str, ..
     "completions" (proxy/settings.py): a prompt to be continued is not a question."""
     if (header or "").strip().lower() == "off":
         return True
-    return kind in rules or (bool(tenant) and f"key:{tenant}" in rules)
+    return not searchable(kind, rules) or (bool(tenant) and f"key:{tenant}" in rules)

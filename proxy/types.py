@@ -23,6 +23,9 @@ class CacheRequest:
     # handler starts the upstream call then, so a miss does not wait for the embedding.
     hedge: Callable[[], None] | None = None
     exact_only: bool = False  # skip the semantic tier (X-Cache-Semantic: off, or a setting)
+    # whether a request of this kind may ever be answered by meaning (not so when
+    # PROXY_CACHE_EXACT_ONLY names its route): if not, its answer is stored unembedded
+    searchable: bool = True
     # the prompt's tokens as the proxy counted them (one prompt): a semantic hit's usage
     prompt_tokens: int | None = None
 

@@ -278,3 +278,21 @@ async def test_an_answer_that_carries_its_prompt_is_never_another_questions(
         await cache.abandon(sem.ticket)
         same = await cache.lookup(chat("How do I reverse a list in Python?", **extra))
         assert (same.status, same.tier) == ("hit", "exact")
+
+
+async def test_a_route_that_is_never_searched_by_meaning_is_not_embedded(
+        cache: SemanticCache) -> None:
+    """PROXY_CACHE_EXACT_ONLY=completions (the default): no completions request searches by
+    meaning, so storing one embedded its prompt for nothing, on the embedder every semantic
+    lookup waits for (and whose bound sheds them)."""
+    assert cache.embedder is not None
+    before = cache.embedder.calls
+    miss = await cache.lookup(replace(chat("How do I reverse a list in Python?"),
+                                      searchable=False, exact_only=True))
+    await cache.store(miss.ticket, completion("use reversed()"))
+    assert cache.embedder.calls == before  # neither the lookup nor the store embedded it
+    again = await cache.lookup(replace(chat("How do I reverse a list in Python?"),
+                                       searchable=False, exact_only=True))
+    assert (again.status, again.tier) == ("hit", "exact")
+    other = await cache.lookup(chat("What's the way to reverse a Python list?"))
+    assert other.status == "miss"  # not indexed

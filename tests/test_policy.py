@@ -234,3 +234,13 @@ def test_exact_only_by_header_route_or_key():
     assert exact_only("chat", "abcd", None, ("key:abcd",))
     assert not exact_only("chat", "", None, ("key:",))
 
+
+
+def test_only_a_route_named_exact_only_is_never_searched():
+    """Its answers need no vector; a header's or a key's exact-only request's may serve
+    others."""
+    from proxy.policy import searchable
+
+    assert not searchable("completions", ("completions",))
+    assert searchable("chat", ("completions", "key:abcd"))
+    assert searchable("completions", ())

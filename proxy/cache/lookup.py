@@ -72,6 +72,8 @@ class SemanticCache:
             return BYPASS
         keys = request_keys(req.kind, req.body, "" if self.cfg.shared else req.tenant,
                             self._identity)
+        if not req.searchable:  # no question to embed, to search with or to store a vector for
+            keys = replace(keys, text=None)
         if req.no_cache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
         twins = _twins(keys)
