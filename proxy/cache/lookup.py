@@ -72,7 +72,8 @@ class SemanticCache:
             return BYPASS
         keys = request_keys(req.kind, req.body, "" if self.cfg.shared else req.tenant,
                             self._identity)
-        if not req.searchable:  # no question to embed, to search with or to store a vector for
+        if not req.searchable or prompt_in_answer(req.body):
+            # never answered by meaning: no question to embed, search with or store a vector for
             keys = replace(keys, text=None)
         if req.no_cache:
             return CacheResult(status="miss", ticket=Ticket(keys, req.kind, None))
@@ -193,8 +194,7 @@ class SemanticCache:
             hit = answered(entry, keys.max_tokens, streams, self.count)
             if hit is not None:
                 return CacheResult("hit", "exact", 1.0, hit[0], events=hit[1]), None
-        if self.cfg.mode != "semantic" or self.semantic is None or req.exact_only \
-                or prompt_in_answer(req.body):
+        if self.cfg.mode != "semantic" or self.semantic is None or req.exact_only:
             return None, None
         found, vector = await self.semantic.find(keys, hedge, streams)
         if found is not None and found.answer is not None and req.prompt_tokens is not None:
