@@ -7,7 +7,7 @@ at precision 0.99 / 0.95 / 0.90 and precision at recall 0.85.
 
 `--rates R ...` adds what the proxy's calibration (proxy/cache/calibrate.py: the family
 bootstrap and the fixed sequence, as `tools.judge.train` calibrates) would make of each row on
-dev: the threshold it picks for each false-hit rate and the dev recall and precision there
+dev: for each false-hit rate, the dev recall and precision at the threshold it picks
 (raw logits, no floor or rules: an estimate of the served table, not the table). SCORES may
 also be a teacher file's order, `teacher.json@ab` or `@ba` (tools.judge.distil; its dev
 logits, checked against DEV).
@@ -26,7 +26,8 @@ from proxy.cache import calibrate
 from tools.judge.cascade import scores
 from tools.judge.distil import read_teacher
 
-GRID = np.round(np.arange(-12.0, 12.0, 0.01), 2)  # the thresholds tried (logits are ~+-4..10)
+# the thresholds tried, on the standardised logits every row is scored in (about -3..3)
+GRID = np.round(np.arange(-12.0, 12.0, 0.01), 2)
 
 
 def recall_at(y: np.ndarray, s: np.ndarray, precision: float) -> float:
@@ -58,8 +59,8 @@ def judge_scores(spec: str, dev: list[dict[str, object]]) -> np.ndarray:
 
 
 def calibrated(y: np.ndarray, s: np.ndarray, families: list[str], rates: list[float]) -> str:
-    """Per rate: the threshold the proxy's rule picks on these logits, and dev recall /
-    precision at it ("none": no threshold promises the rate)."""
+    """Per rate: dev recall / precision at the threshold the proxy's rule picks on these
+    logits ("none": no threshold promises the rate)."""
     rows = calibrate.table(s.tolist(), y.tolist(), GRID.tolist(), families=families)
     cells = []
     for rate in rates:
