@@ -100,3 +100,81 @@ def test_family_interval_is_wider_when_a_family_errs_together() -> None:
     assert clean[0] == 0.0 and clean[1] == interval(0, 100)[1] > 0  # never narrower than pairs
     with pytest.raises(ValueError, match="non-empty"):
         family_interval([], [], [])
+
+
+def reference_table(scores: list[float], same: list[bool], thresholds: list[float],
+                    families: list[str] | None = None, resamples: int = 2000,
+                    confidence: float = 0.95) -> list[Row]:
+    """`table` written out: every pair tested at every threshold, one bisection per row, and
+    the family bootstrap over a pairs x thresholds matrix (the implementation before it was
+    vectorised)."""
+    import functools
+
+    import numpy as np
+
+    bound = functools.cache(upper_bound)  # the same bisection, once per (k, n)
+    ordered = sorted(thresholds, reverse=True)
+    rows = []
+    for t in ordered:
+        hits = [y for s, y in zip(scores, same, strict=True) if s >= t]
+        false = hits.count(False)
+        rows.append(Row(t, len(hits), false, bound(false, len(hits), confidence)))
+    if families is None:
+        return rows
+    passes = np.asarray(scores)[:, None] >= np.asarray(ordered)[None, :]
+    bad = passes & ~np.asarray(same)[:, None]
+    names = sorted(set(families))
+    fam = np.array([names.index(f) for f in families])
+    hits, false = np.zeros((len(names), len(ordered))), np.zeros((len(names), len(ordered)))
+    np.add.at(hits, fam, passes)
+    np.add.at(false, fam, bad)
+    weights = np.random.default_rng(0).multinomial(
+        len(names), [1 / len(names)] * len(names), size=resamples)
+    h, f = weights @ hits, weights @ false
+    rate = np.where(h > 0, f / np.maximum(h, 1), 1.0)
+    cluster = [float(x) for x in np.quantile(rate, confidence, axis=0)]
+    return [Row(r.threshold, r.hits, r.false_hits, max(r.upper, c))
+            for r, c in zip(rows, cluster, strict=True)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_table_equals_the_reference_to_the_last_bit(seed: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    same = (rng.random(n) < 0.55).tolist()
+    # scores on a coarse grid (many ties, some at a threshold exactly), a few off the scale
+    raw = np.round(rng.normal(np.where(same, 0.6, -0.4), 1.0), 1)
+    raw[rng.choice(n, 6, replace=False)] = [math.inf, -math.inf, math.nan, math.nan, 9.0, -9.0]
+    scores = raw.tolist()
+    families = [f"f{int(x)}" for x in rng.integers(0, 23, n)]  # uneven families
+    finite = raw[np.isfinite(raw)]
+    grids = {
+        "ensemble-like": np.round(np.arange(-4.0, 4.0, 0.05), 2).tolist(),
+        "every score": sorted(set(finite.tolist())),
+        "random, repeated": [*rng.uniform(-3, 3, 40).tolist(), 0.5, 0.5, -0.0, 0.0, 0.3,
+                             math.inf, -math.inf, 100.0, -100.0],
+        "one": [0.0],
+    }
+    for name, grid in grids.items():
+        for fam, resamples, confidence in ((None, 0, 0.95), (families, 300, 0.95),
+                                           (families, 2000, 0.9)):
+            got = table(scores, same, grid, confidence=confidence, families=fam,
+                        resamples=resamples)
+            want = reference_table(scores, same, grid, fam, resamples, confidence)
+            bad = [(g, w) for g, w in zip(got, want, strict=True) if g != w]
+            assert len(got) == len(want) and not bad, (name, fam is not None, bad[:3])
+            assert all(type(r.hits) is int and type(r.false_hits) is int
+                       and type(r.upper) is float for r in got), name
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 1), (1, 2), (0, 5000), (37, 1000), (2000, 5000),
+                                      (4489, 8666), (99, 100), (3, 3), (0, 0)])
+def test_the_batched_bisection_is_upper_bound_to_the_last_bit(k: int, n: int) -> None:
+    from proxy.cache.calibrate import _upper_bounds
+
+    pairs = [(k, n), (0, 7), (5, 300)]
+    for confidence in (0.95, 0.975, 0.5):
+        got = _upper_bounds(pairs, confidence, cells=4000)  # several batches
+        assert got == {p: upper_bound(*p, confidence) for p in pairs}

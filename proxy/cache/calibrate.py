@@ -1,4 +1,4 @@
-"""Error-rate bounds for the judge's acceptance threshold (pure Python, no SciPy).
+"""Error-rate bounds for the judge's acceptance threshold (no SciPy; numpy, imported lazily).
 
 A false hit is an accepted pair whose questions need different answers; its rate is
 false hits / hits. On labelled pairs, `table()` lists for each candidate threshold how many
@@ -79,31 +79,122 @@ def table(scores: Sequence[float], same: Sequence[bool], thresholds: Sequence[fl
     not independent trials, and new questions come from new families. The row's bound is then
     the larger of Clopper-Pearson over pairs and the `confidence` quantile of the false-hit
     rate over a bootstrap that resamples whole families (a resample without hits counts as
-    rate 1: no evidence)."""
+    rate 1: no evidence).
+
+    The pairs are sorted once: a threshold's hits are the pairs from its place in the sorted
+    scores on (a NaN score passes none), its false hits a suffix sum; thresholds that pass the
+    same pairs share one bound and one bootstrap column. The numbers are those of testing
+    every pair at every threshold, and of `upper_bound` (`_upper_bounds` runs its bisection
+    for all rows at once, with the same float operations)."""
+    import numpy as np
+
     ordered = sorted(thresholds, reverse=True)
-    rows = []
-    for t in ordered:
-        hits = [y for s, y in zip(scores, same, strict=True) if s >= t]
-        false = hits.count(False)
-        rows.append(Row(t, len(hits), false, upper_bound(false, len(hits), confidence)))
+    if len(scores) != len(same) or (families is not None and len(families) != len(scores)):
+        raise ValueError("table needs as many labels (and families) as scores")
+    if not ordered:
+        return []
+    s = np.asarray(scores, dtype=np.float64)
+    wrong = ~np.asarray(same, dtype=bool)
+    kept = ~np.isnan(s)
+    order = np.argsort(s[kept], kind="stable")
+    ascending, wrong_sorted = s[kept][order], wrong[kept][order]
+    # false_from[j]: false pairs among ascending[j:]; a threshold passes ascending[at:]
+    false_from = np.append(np.cumsum(wrong_sorted[::-1])[::-1], 0)
+    at = np.searchsorted(ascending, np.asarray(ordered, dtype=np.float64), side="left")
+    hits = (len(ascending) - at).tolist()
+    false = false_from[at].tolist()
+    upper = _upper_bounds(sorted(set(zip(false, hits, strict=True))), confidence)
+    rows = [Row(t, h, f, upper[f, h]) for t, h, f in zip(ordered, hits, false, strict=True)]
     if families is None:
         return rows
-    cluster = _cluster_bounds(scores, same, ordered, families, confidence, resamples, seed)
+    cluster = _cluster_bounds(at, order, np.flatnonzero(kept), wrong, families, confidence,
+                              resamples, seed)
     return [Row(r.threshold, r.hits, r.false_hits, max(r.upper, c))
             for r, c in zip(rows, cluster, strict=True)]
 
 
-def _cluster_bounds(scores: Sequence[float], same: Sequence[bool], thresholds: Sequence[float],
-                    families: Sequence[str], confidence: float, resamples: int,
-                    seed: int) -> list[float]:
+# math.exp of a log-term below this is 0.0 (the smallest double is exp(-744.4)): adding it
+# changes no sum, so _upper_bounds skips it
+_UNDERFLOW = -750.0
+
+
+def _upper_bounds(pairs: Sequence[tuple[int, int]], confidence: float,
+                  cells: int = 1 << 20) -> dict[tuple[int, int], float]:
+    """`upper_bound(k, n, confidence)` for each (k, n), equal to the last bit: the same
+    bisection, run for a batch of rows at once, each step's binomial CDF summed term by term
+    in the same order (a cumulative sum) from the same math.lgamma / math.log / math.exp values
+    and the same float operations. Rows are batched by k, about `cells` terms at a time."""
     import numpy as np
 
-    s = np.asarray(scores, dtype=np.float64)
-    wrong = ~np.asarray(same, dtype=bool)
-    t = np.asarray(thresholds, dtype=np.float64)
-    passes = s[:, None] >= t[None, :]  # pairs x thresholds
-    rate = _resampled_rates(passes, passes & wrong[:, None], families, resamples, seed)
-    return [float(x) for x in np.quantile(rate, confidence, axis=0)]
+    out = {(k, n): 1.0 for k, n in pairs if n == 0 or k >= n}
+    todo = sorted((k, n) for k, n in pairs if (k, n) not in out)
+    if not todo:
+        return out
+    lgamma = np.array([math.nan, *map(math.lgamma, range(1, max(n for _, n in todo) + 2))])
+    start = 0
+    while start < len(todo):
+        end = start + 1  # todo is sorted by k: the batch's widest row is its last
+        while end < len(todo) and (end + 1 - start) * (todo[end][0] + 1) <= cells:
+            end += 1
+        batch = todo[start:end]
+        k = np.array([r[0] for r in batch])
+        n = np.array([r[1] for r in batch])
+        i = np.arange(k[-1] + 1)
+        term = i[None, :] <= k[:, None]  # the terms i = 0..k of each row
+        rest = np.where(term, n[:, None] - i[None, :], 0)
+        # lgamma(n + 1) - lgamma(i + 1) - lgamma(n - i + 1): binom_cdf's left-to-right order
+        base = np.where(term, lgamma[n + 1][:, None] - lgamma[i + 1][None, :]
+                        - lgamma[rest + 1], -math.inf)
+        lo, hi = k / n, np.ones(len(batch))
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            below = _cdf_batch(base, i, rest, mid) > 1 - confidence
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        out.update(zip(batch, hi.tolist(), strict=True))
+        start = end
+    return out
+
+
+def _cdf_batch(base: np.ndarray, i: np.ndarray, rest: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """binom_cdf(k, n, p) of each row of `_upper_bounds`' batch (k < n), p one per row."""
+    import numpy as np
+
+    ps = p.tolist()
+    inside = [0.0 < x < 1.0 for x in ps]
+    lp = np.array([math.log(x) if ok else 0.0 for x, ok in zip(ps, inside, strict=True)])
+    lq = np.array([math.log1p(-x) if ok else 0.0 for x, ok in zip(ps, inside, strict=True)])
+    log_term = base + i[None, :] * lp[:, None] + rest * lq[:, None]
+    live = log_term > _UNDERFLOW
+    term = np.zeros_like(log_term)
+    term[live] = np.fromiter(map(math.exp, log_term[live].tolist()), dtype=np.float64,
+                             count=int(live.sum()))
+    total = np.minimum(1.0, np.cumsum(term, axis=1)[:, -1])  # += from i = 0, as binom_cdf
+    return np.where(p <= 0.0, 1.0, np.where(p >= 1.0, 0.0, total))
+
+
+def _cluster_bounds(at: np.ndarray, order: np.ndarray, kept: np.ndarray, wrong: np.ndarray,
+                    families: Sequence[str], confidence: float, resamples: int,
+                    seed: int) -> list[float]:
+    """The family bootstrap's bound per threshold: `at` is where each threshold's hits start
+    in the sorted scores (kept[order] are the pairs' indices, in that order)."""
+    import numpy as np
+
+    names = sorted(set(families))
+    index = {f: i for i, f in enumerate(names)}
+    fam = np.array([index[f] for f in families], dtype=np.int64)
+    cuts, column = np.unique(at, return_inverse=True)
+    # each pair counts in every column whose cut is at or below its place in the sorted scores
+    pairs = kept[order]
+    last = np.searchsorted(cuts, np.arange(len(pairs)), side="right") - 1
+    served = last >= 0
+    cell = fam[pairs[served]] * len(cuts) + last[served]
+    size = len(names) * len(cuts)
+    counts = [np.bincount(cell, weights=w, minlength=size).astype(np.float64)
+              .reshape(len(names), len(cuts)) for w in (None, wrong[pairs[served]])]
+    hits, false = (np.cumsum(c[:, ::-1], axis=1)[:, ::-1] for c in counts)
+    rate = _family_rates(hits, false, len(names), resamples, seed)
+    bound = np.quantile(rate, confidence, axis=0)[column.reshape(-1)]
+    return [float(x) for x in bound]
 
 
 def _resampled_rates(served: np.ndarray, bad: np.ndarray, families: Sequence[str],
@@ -120,8 +211,17 @@ def _resampled_rates(served: np.ndarray, bad: np.ndarray, families: Sequence[str
     false = np.zeros((len(names), served.shape[1]))
     np.add.at(hits, fam, served)
     np.add.at(false, fam, bad)
+    return _family_rates(hits, false, len(names), resamples, seed)
+
+
+def _family_rates(hits: np.ndarray, false: np.ndarray, families: int, resamples: int,
+                  seed: int) -> np.ndarray:
+    """`_resampled_rates` from the hits and false hits of each family (sorted by name) and
+    column: the draws depend on the number of families and the seed only."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
-    weights = rng.multinomial(len(names), [1 / len(names)] * len(names), size=resamples)
+    weights = rng.multinomial(families, [1 / families] * families, size=resamples)
     h, f = weights @ hits, weights @ false
     return np.where(h > 0, f / np.maximum(h, 1), 1.0)
 
