@@ -200,7 +200,7 @@ async def test_a_stored_response_is_read_and_cancelled_through_the_proxy() -> No
         wrong = await c.delete("/v1/responses/resp_1", headers=key)
         text = (await c.get("/metrics")).text
     assert none.status_code == 401
-    assert got.status_code == 200 and got.json()["id"] == "resp_fake", got.text
+    assert got.status_code == 200 and got.json()["id"] == "resp_1", got.text
     assert fake.requests[1].url == "http://vllm:8000/v1/responses/resp_1?starting_after=2"
     assert fake.requests[1].method == "GET" and fake.requests[1].body in (b"", None)
     assert (missing.status_code, missing.json()) == (404, {"error": {
@@ -310,7 +310,7 @@ async def test_a_replica_that_does_not_connect_in_time_may_hold_the_id_so_the_an
         assert r.headers["X-Upstream"] == urls[slow]  # the replica that may hold it
     stored = [r.url.split("/v1")[0] for r in fake.requests if "/v1/responses/" in r.url]
     assert stored == [urls[1 - slow]] * 6 + [urls[slow]]  # the last: down, so asked last
-    assert found.status_code == 200 and found.json()["id"] == "resp_fake", found.text
+    assert found.status_code == 200 and found.json()["id"] == "resp_1", found.text
 
 
 class Gateway(FakeTransport):

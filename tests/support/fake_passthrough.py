@@ -42,8 +42,9 @@ def response(data: dict[str, Any], model: str, status: str = "completed",
              output: str | None = None) -> dict[str, Any]:
     said = words(data)
     text = "".join(said) if output is None else output
-    return {"id": "resp_fake", "created_at": 1, "object": "response", "model": model,
-            "status": status, "max_output_tokens": data.get("max_output_tokens"),
+    return {"id": data.get("request_id", "resp_fake"), "created_at": 1, "object": "response",
+            "model": model, "status": status, "max_output_tokens": data.get("max_output_tokens"),
+            "previous_response_id": data.get("previous_response_id"),
             "temperature": data.get("temperature"), "top_p": data.get("top_p"),
             "output": [] if output == "" else [{
                 "id": "msg_fake", "type": "message", "role": "assistant",
@@ -84,6 +85,7 @@ def stored(method: str, path: str, query: str, held: dict[str, Any],
         return 400, {"error": {"message": "Cannot cancel a synchronous response.",
                                "type": "invalid_request_error", "param": "response_id",
                                "code": 400}}
+    made = {**held[rid], "request_id": rid}
     if "stream=true" in query:
-        return 200, events(held[rid], model)
-    return 200, response(held[rid], model)
+        return 200, events(made, model)
+    return 200, response(made, model)

@@ -19,7 +19,9 @@ each stream after n events until set;
 `finish` is every answer's finish_reason ("length", as max_tokens ends the fake's answers).
 It also answers /tokenize, /detokenize and /v1/responses (tests/support/fake_passthrough.py),
 and GET /v1/responses/{id} and its cancel for the responses in `held` (id -> the request that
-made it; only at the base URL `held_at` when set).
+made it; only at the base URL `held_at` when set). As vLLM with VLLM_ENABLE_RESPONSES_API_STORE=1
+does, a POST /v1/responses (unless `"store": false`) is held under its `request_id`, replacing
+one held before, and a `previous_response_id` not held is vLLM's 404.
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ class FakeVllm:
                     "message": f"The model `{data.get('model')}` does not exist.",
                     "type": "NotFoundError", "param": "model", "code": 404}})
             if path == "/v1/responses":
-                return self._responses(data)
+                return self._hold(data, base) or self._responses(data)
             chat = path.endswith("chat/completions")
             if data.get("stream"):
                 return FakeReply(200, events=self._sse(data, chat),
@@ -213,6 +215,17 @@ class FakeVllm:
                                  headers={"content-type": "text/event-stream"})
             return FakeReply(200, json_body=self._json(data, chat))
         return FakeReply(404, json_body={"detail": "Not Found"})
+
+    def _hold(self, data: dict[str, Any], base: str) -> FakeReply | None:
+        """vLLM's 404 for a previous_response_id it does not hold; else None, the response
+        held (unless `"store": false`) under its request_id."""
+        previous = data.get("previous_response_id")
+        if previous is not None and (previous not in self.held
+                                     or self.held_at not in (None, base)):
+            return FakeReply(404, json_body=fake_passthrough.not_found(previous))
+        if data.get("store", True):
+            self.held[data.get("request_id", "resp_fake")] = data
+        return None
 
     def _responses(self, data: dict[str, Any]) -> FakeReply:
         if data.get("stream"):
