@@ -10,7 +10,11 @@ and `POST /v1/responses/{id}/cancel`, has no body: the API key, the key's limits
 admission slot; vLLM keeps it in one replica's memory, so the replicas are asked in turn, each
 once at most, until one knows the id (the others' 404 have no effect); a 404 is the client's
 when every other replica is known not to be there (its connection refused, a gateway's 502 or
-503: UpstreamError.absent); one that timed out may hold it, and its error is the answer."""
+503: UpstreamError.absent); one that timed out may hold it, and its error is the answer.
+
+Response ids are each API key's own (proxy/response_ids.py): `request_id` and
+`previous_response_id` in a POST and the id in a stored response's path are tagged with the
+key's tag before vLLM sees them, and the tag is taken out of vLLM's answers and errors."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from proxy.deps import Deps, event_buffer
 from proxy.errors import UpstreamError, UpstreamHTTPError, VllmTypeError
 from proxy.headers import sse_headers, upstream_headers
 from proxy.receive import is_json, read_body, request_id, until_disconnect
+from proxy.response_ids import AS_IS, ResponseIds
 from proxy.responses_sse import ResponsesOutcome, error_event, relay_events
 from proxy.routing.backend import Backend
 from proxy.sending import JsonAnswer, RelayResponse
@@ -81,6 +86,8 @@ class Passthrough:
         model = await d.catalog.resolve(body.get("model") or None)
         body, asked, limit = responses.shape(body, s.greedy, s.max_output_tokens,
                                              model.max_model_len)
+        ids = d.keys.response_ids(tenant)
+        body = ids.ask(body)
         body["model"] = model.name
         if asked is not None:
             headers["X-Proxy-Max-Tokens-Clipped"] = f"{asked}->{limit}"
@@ -91,11 +98,12 @@ class Passthrough:
             await self._charge(trace, estimate, None)
         if body.get("stream") is True:
             return await self._stream(request, "POST", RESPONSES, openai.dumps(body), trace,
-                                      headers)
-        content = await until_disconnect(request, self._fetch(path, openai.dumps(body), trace))
+                                      headers, ids)
+        content = await until_disconnect(request, self._fetch(path, openai.dumps(body), trace,
+                                                              ids))
         in_, out = responses.usage(content)
         await self._charge(trace, in_, out)
-        return self._answer(content, headers, trace)
+        return self._answer(ids.shown(content), headers, trace)
 
     async def stored(self, request: Request, route: str) -> Response:
         """GET /v1/responses/{id} or POST /v1/responses/{id}/cancel (`route`: which)."""
@@ -108,20 +116,29 @@ class Passthrough:
                       headers: dict[str, str]) -> Response:
         trace.tenant = self.d.keys.tenant(request)
         trace.lease = await self.limits.admit(trace.tenant)
+        ids = self.d.keys.response_ids(trace.tenant)
         query = request.url.query
-        path = trace.route.replace("{response_id}", quote(request.path_params["response_id"],
-                                                          safe="")) + (f"?{query}" if query else "")
+        held = quote(ids.upstream(request.path_params["response_id"]), safe="")
+        path = trace.route.replace("{response_id}", held) + (f"?{query}" if query else "")
         method = request.method
         stream = method == "GET" and \
             request.query_params.get("stream", "").lower() in _TRUE
         if stream:  # its events as they come; the response's usage was charged when made
-            return await self._stream(request, method, path, None, trace, headers,
+            return await self._stream(request, method, path, None, trace, headers, ids,
                                       charge=False)
-        content = await until_disconnect(request, self._fetch(path, None, trace, method))
-        return self._answer(content, headers, trace)
+        content = await until_disconnect(request, self._fetch(path, None, trace, ids, method))
+        return self._answer(ids.shown(content), headers, trace)
 
-    async def _reach(self, method: str, path: str, content: bytes | None,
-                     trace: Trace) -> UpstreamStream:
+    async def _reach(self, method: str, path: str, content: bytes | None, trace: Trace,
+                     ids: ResponseIds) -> UpstreamStream:
+        try:
+            return await self._find(method, path, content, trace)
+        except UpstreamHTTPError as exc:  # vLLM's error body: the ids as the client named them
+            exc.content = ids.shown(exc.content)
+            raise
+
+    async def _find(self, method: str, path: str, content: bytes | None,
+                    trace: Trace) -> UpstreamStream:
         """The upstream answer; for a stored response, from the replica that holds it: the
         replicas are asked in turn, each once at most (one list of those asked, shared by
         every open(): before, one marked down during the search was offered again by the
@@ -167,25 +184,26 @@ class Passthrough:
         return body
 
     async def _fetch(self, path: str, content: bytes | None, trace: Trace,
-                     method: str = "POST") -> bytes:
+                     ids: ResponseIds = AS_IS, method: str = "POST") -> bytes:
         async with self.d.admission.slot(trace.tenant):
-            opened = await self._reach(method, path, content, trace)
+            opened = await self._reach(method, path, content, trace, ids)
             trace.upstream = opened.backend.url
             return await self.d.upstream.read(opened)
 
-    async def _open(self, method: str, path: str, content: bytes | None,
-                    trace: Trace) -> UpstreamStream:
+    async def _open(self, method: str, path: str, content: bytes | None, trace: Trace,
+                    ids: ResponseIds) -> UpstreamStream:
         await self.d.admission.acquire(trace.tenant)
         try:
-            return await self._reach(method, path, content, trace)
+            return await self._reach(method, path, content, trace, ids)
         except BaseException:
             self.d.admission.release(trace.tenant)
             raise
 
     async def _stream(self, request: Request, method: str, path: str, content: bytes | None,
-                      trace: Trace, headers: dict[str, str], charge: bool = True) -> Response:
+                      trace: Trace, headers: dict[str, str], ids: ResponseIds,
+                      charge: bool = True) -> Response:
         d = self.d
-        upstream = await until_disconnect(request, self._open(method, path, content, trace))
+        upstream = await until_disconnect(request, self._open(method, path, content, trace, ids))
         trace.upstream = upstream.backend.url
         name_upstream(self.d, headers, trace.upstream)
         outcome = ResponsesOutcome(started=trace.started)
@@ -206,7 +224,8 @@ class Passthrough:
             finally:
                 self.done(trace)
 
-        return RelayResponse(relay_events(upstream, outcome, event_buffer(d, trace.route)), close,
+        return RelayResponse(relay_events(upstream, outcome, event_buffer(d, trace.route), ids),
+                             close,
                              headers=sse_headers(headers), send_timeout=d.settings.send_timeout,
                              on_send_timeout=d.metrics.send_timeouts.inc,
                              last_words=lambda err: error_event(err, outcome.events))

@@ -13,6 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from proxy.errors import PayloadTooLarge, RequestTimeout, Unauthorized
+from proxy.response_ids import ResponseIds, tag
 
 T = TypeVar("T")
 
@@ -35,6 +36,7 @@ class KeyRing:
         # Compared as SHA-256 digests: equal lengths, so neither a key's length nor its bytes
         # shape the time a comparison takes; every key is compared, found or not.
         self._keys = [(_digest(k.encode()), identity(k)) for k in keys]
+        self._ids = {identity(k): ResponseIds(f"~{tag(k)}") for k in keys}
 
     @property
     def open(self) -> bool:
@@ -55,6 +57,11 @@ class KeyRing:
         if not found:
             raise Unauthorized("invalid API key")
         return found
+
+    def response_ids(self, tenant: str) -> ResponseIds:
+        """The ids of `tenant` (as tenant() named it) for vLLM's stored responses: its own
+        (proxy/response_ids.py); without API keys, vLLM's as they are."""
+        return self._ids[tenant] if self._keys else ResponseIds()
 
 
 def identity(key: str) -> str:

@@ -30,10 +30,12 @@ class _Touched(BaseModel):
     background: bool | None = False
     max_output_tokens: int | None = None
     model: str | None = None
+    previous_response_id: str | None = None  # these two are tagged (proxy/response_ids.py)
     stream: bool | None = False
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    request_id: str = ""  # unset: one is made as vLLM makes it; null is vLLM's 400 too
 
 
 def check(body: dict[str, Any]) -> None:

@@ -1,10 +1,11 @@
 """A streamed `/v1/responses` answer relayed as it arrives: vLLM's Responses events
-(`event: response.<type>` then `data: {...}`), whole events only, untouched. Unlike a chat
-stream it ends with no [DONE]: its last event is `response.completed` (or `.incomplete`,
-`.failed`), whose response carries the usage. A stream that ends before one is incomplete and
-ends with an `error` event, as does one the upstream breaks, one whose unfinished event outgrows
-PROXY_MAX_EVENT_BYTES (proxy/events.py), and one cut by the proxy's shutdown; the relay stops
-at the terminal event, so an upstream that keeps the connection open cannot hold the client."""
+(`event: response.<type>` then `data: {...}`), whole events only, untouched but for the
+caller's response ids (proxy/response_ids.py). Unlike a chat stream it ends with no [DONE]: its
+last event is `response.completed` (or `.incomplete`, `.failed`), whose response carries the
+usage. A stream that ends before one is incomplete and ends with an `error` event, as does one
+the upstream breaks, one whose unfinished event outgrows PROXY_MAX_EVENT_BYTES
+(proxy/events.py), and one cut by the proxy's shutdown; the relay stops at the terminal event,
+so an upstream that keeps the connection open cannot hold the client."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import orjson
 
 from proxy.errors import BadGateway, ProxyError
 from proxy.events import EventBuffer
+from proxy.response_ids import AS_IS, ResponseIds
 from proxy.responses import usage_of
 from proxy.upstream import UpstreamStream
 
@@ -62,8 +64,8 @@ def error_event(err: ProxyError, sequence: int) -> bytes:
     return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-async def relay_events(stream: UpstreamStream, outcome: ResponsesOutcome,
-                       buffer: EventBuffer) -> AsyncIterator[bytes]:
+async def relay_events(stream: UpstreamStream, outcome: ResponsesOutcome, buffer: EventBuffer,
+                       ids: ResponseIds = AS_IS) -> AsyncIterator[bytes]:
     try:
         async for chunk in stream.chunks():
             if outcome.first_byte is None:
@@ -73,7 +75,7 @@ async def relay_events(stream: UpstreamStream, outcome: ResponsesOutcome,
                 continue
             outcome.events += events.count(b"\n\n")
             ended = b"event: " in events and _terminal(outcome, events)
-            yield events
+            yield ids.shown(events)  # whole events: an id is never split
             if ended:
                 outcome.finished = outcome.error is None
                 return

@@ -187,11 +187,13 @@ MADE = {"model": "tiny", "input": "hi", "max_output_tokens": 3}
 async def test_a_stored_response_is_read_and_cancelled_through_the_proxy() -> None:
     # vLLM serves GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (OpenAI's SDK:
     # client.responses.retrieve / .cancel); the proxy answered 404 for both
-    fake = FakeVllm(held={"resp_1": MADE})
+    fake = FakeVllm()
     s = settings(api_keys=("sk-a",))
     key = {"Authorization": "Bearer sk-a"}
     async with proxy_client(s, transport=fake.transport) as c:
+        made = await c.post("/v1/responses", json={**MADE, "request_id": "resp_1"}, headers=key)
         none = await c.get("/v1/responses/resp_1")
+        asked = len(fake.requests)
         got = await c.get("/v1/responses/resp_1?starting_after=2", headers=key)
         missing = await c.get("/v1/responses/resp_x", headers=key)
         cancel = await c.post("/v1/responses/resp_1/cancel", headers=key)
@@ -199,10 +201,13 @@ async def test_a_stored_response_is_read_and_cancelled_through_the_proxy() -> No
         streamed = await c.get("/v1/responses/resp_1?stream=true", headers=key)
         wrong = await c.delete("/v1/responses/resp_1", headers=key)
         text = (await c.get("/metrics")).text
-    assert none.status_code == 401
+    assert made.status_code == 200 and none.status_code == 401
     assert got.status_code == 200 and got.json()["id"] == "resp_1", got.text
-    assert fake.requests[1].url == "http://vllm:8000/v1/responses/resp_1?starting_after=2"
-    assert fake.requests[1].method == "GET" and fake.requests[1].body in (b"", None)
+    held = fake.completions("/v1/responses")[0].json["request_id"]  # the key's own id
+    assert held.startswith("resp_1~") and list(fake.held) == [held]
+    assert fake.requests[asked].url == \
+        f"http://vllm:8000/v1/responses/{held}?starting_after=2"
+    assert fake.requests[asked].method == "GET" and fake.requests[asked].body in (b"", None)
     assert (missing.status_code, missing.json()) == (404, {"error": {
         "message": "Response with id 'resp_x' not found.", "type": "invalid_request_error",
         "param": "response_id", "code": 404}})

@@ -103,7 +103,8 @@ async def test_an_unknown_model_is_vllms_404() -> None:
 _ANY = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
-_FIELDS = ("model", "input", "max_output_tokens", "stream", "temperature", "top_p", "top_k")
+_FIELDS = ("model", "input", "max_output_tokens", "stream", "temperature", "top_p", "top_k",
+           "request_id", "previous_response_id")
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None,
