@@ -50,6 +50,20 @@ KEYED: dict[Kind, frozenset[str]] = {
                            "include_reasoning", "return_prompt_text"},
     "completions": _KEYED_BOTH | {"suffix"},
 }
+# KEYED fields whose vLLM default is None: null asks for what leaving the field out asks for,
+# so it is left out of the key too (`"cache_salt": null` was another partition than no salt: a
+# lost hit). Where the default is something else (`stop: []`, `skip_special_tokens: true`) null
+# stays as sent: a miss at worst. tests/test_effective.py checks both lists against vLLM's models.
+_NULL_BOTH = frozenset({
+    "allowed_token_ids", "cache_salt", "frequency_penalty", "logit_bias", "min_p",
+    "presence_penalty", "repetition_penalty", "response_format", "return_token_ids",
+    "return_tokens_as_token_ids", "seed", "structured_outputs", "temperature",
+    "thinking_token_budget", "top_k", "top_p", "truncate_prompt_tokens", "truncation_side"})
+NULL_IS_ABSENT: dict[Kind, frozenset[str]] = {
+    "chat": _NULL_BOTH | {"chat_template", "chat_template_kwargs", "documents",
+                          "reasoning_effort", "return_prompt_text", "tools"},
+    "completions": _NULL_BOTH | {"suffix"},
+}
 # Understood, but the answer then carries what a replay cannot reproduce (logprobs, beam
 # search, transfer parameters, multimodal payloads): never cached.
 BYPASS = frozenset({"echo", "logprobs", "top_logprobs", "prompt_logprobs", "logprob_token_ids",
@@ -153,4 +167,5 @@ def prompt_in_answer(body: dict[str, Any]) -> bool:
 
 def keyed_fields(kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
     """What goes into the cache's partition besides model, question and context."""
-    return {k: v for k, v in body.items() if k in KEYED[kind]}
+    return {k: v for k, v in body.items()
+            if k in KEYED[kind] and not (v is None and k in NULL_IS_ABSENT[kind])}

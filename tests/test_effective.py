@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from proxy import effective, policy
 from proxy.cache.keys import request_keys
+from proxy.types import Kind
 
 P = "Write a long story about rivers"
 
@@ -139,3 +140,32 @@ def test_cache_salt_is_a_sharing_domain() -> None:
     keys = [request_keys("chat", {**chat, **extra}, "", "e").partition
             for extra in ({}, {"cache_salt": "a"}, {"cache_salt": "b"}, {"cache_salt": "a"})]
     assert len(set(keys[:3])) == 3 and keys[1] == keys[3]
+
+
+def test_null_is_left_out_of_the_key_only_where_vllms_default_is_null() -> None:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    for kind, model in (("chat", ChatCompletionRequest), ("completions", CompletionRequest)):
+        fields = model.model_fields
+        null_default = {k for k in effective.KEYED[kind]
+                        if fields[k].default is None and fields[k].default_factory is None}
+        assert effective.NULL_IS_ABSENT[kind] == null_default, (
+            kind, sorted(effective.NULL_IS_ABSENT[kind] ^ null_default))
+
+
+def test_a_null_field_shares_the_key_of_an_absent_one() -> None:
+    chat: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": P}]}
+    completion: dict[str, object] = {"model": "m", "prompt": P}
+    cases: tuple[tuple[Kind, dict[str, object]], ...] = (("chat", chat),
+                                                         ("completions", completion))
+    for kind, body in cases:
+        absent = request_keys(kind, body, "", "e")
+        for field in effective.NULL_IS_ABSENT[kind]:
+            null = request_keys(kind, {**body, field: None}, "", "e")
+            assert null.exact == absent.exact, (kind, field)
+        # a null whose vLLM default is not null stays as sent: a miss at worst
+        assert request_keys(kind, {**body, "stop": None}, "", "e").exact != absent.exact
+    salted = request_keys("chat", {**chat, "cache_salt": "a"}, "", "e")
+    assert salted.partition != request_keys("chat", {**chat, "cache_salt": None},
+                                            "", "e").partition
