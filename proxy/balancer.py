@@ -38,6 +38,12 @@ class Balancer:
         backend.failures += 1
         backend.last_error = error
 
+    def hold(self, backend: Backend, seconds: float) -> None:
+        """A replica marked down stays down `seconds` from now at least (routing/health.py)."""
+        now = self.clock()
+        if not backend.is_up(now):
+            backend.down_until = max(backend.down_until, now + seconds)
+
     def mark_up(self, backend: Backend) -> None:
         backend.lost = 0
         if backend.down_until:

@@ -34,6 +34,24 @@ def test_down_upstreams_are_skipped_until_the_backoff_ends():
     assert pick(b) is a
 
 
+def test_hold_keeps_a_down_upstream_down_and_leaves_an_up_one_alone():
+    clock = Clock()
+    b = Balancer(("http://a", "http://b"), backoff=1, clock=clock)
+    a, bb = b.backends
+    bb.inflight = 10  # a whenever a is up
+    b.mark_down(a, "ReadTimeout")
+    b.hold(a, 4)  # the health watch: down until the next probe's verdict, not the back-off
+    b.hold(bb, 4)
+    clock.now += 3
+    assert pick(b) is bb and bb.down_until == 0
+    b.hold(a, 0.5)  # never shortened
+    clock.now += 1.5
+    assert pick(b) is a
+    b.mark_down(a, "ReadTimeout")
+    b.mark_up(a)  # a probe that finds it well ends any hold
+    assert [s["state"] for s in b.state()] == ["up", "up"]
+
+
 def test_all_down_still_tries_the_one_back_soonest():
     clock = Clock()
     b = Balancer(("http://a", "http://b"), backoff=5, clock=clock)

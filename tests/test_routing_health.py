@@ -72,20 +72,25 @@ def accepts_and_never_answers() -> Iterator[str]:
         server.close()
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_hung_replica_is_marked_down_and_skipped(stream: bool) -> None:
+# (stream, health interval, back-off): the last a back-off shorter than a round (the probe's
+# wait and the interval, 1 s): before the watch held a replica it found down, the hung one was
+# up 0.9 s of every second and the first request then waited for the client's timeout
+@pytest.mark.parametrize(("stream", "interval", "backoff"),
+                         [(False, 0.2, 1.0), (True, 0.2, 1.0), (False, 0.5, 0.1)])
+def test_a_hung_replica_is_marked_down_and_skipped(stream: bool, interval: float,
+                                                   backoff: float) -> None:
     with accepts_and_never_answers() as hung, mock_upstream(ttft=0.0) as mock:
         # first in the list: least-loaded breaks its ties towards it (start-up's /v1/models
-        # waits METADATA_WAIT on it, then marks it down for the 1 s back-off)
-        settings = Settings(upstreams=(hung, mock.url), cache="off", health_interval=0.2,
-                            upstream_backoff=1.0, tokenizer=str(ensure_tiny_model()))
+        # waits METADATA_WAIT on it, then marks it down for the back-off)
+        settings = Settings(upstreams=(hung, mock.url), cache="off", health_interval=interval,
+                            upstream_backoff=backoff, tokenizer=str(ensure_tiny_model()))
         with served_proxy(settings) as p, httpx.Client(base_url=p.url, timeout=10) as c:
             def hung_is_down() -> bool:
                 return f'proxy_upstream_up{{upstream="{hung}"}} 0.0' in c.get("/metrics").text
 
             wait_for(hung_is_down, "the hung replica marked down")
             started = time.monotonic()
-            while time.monotonic() - started < 3.0:  # three back-offs: without the probes it
+            while time.monotonic() - started < 3.0:  # several back-offs: without the probes it
                 r = c.post(CHAT, json={  # would be chosen again, and this would time out
                     "model": "mock", "max_tokens": 4, "stream": stream,
                     "messages": [{"role": "user", "content": "q"}]})

@@ -43,7 +43,7 @@ def background(settings: Settings, balancer: Balancer, transport: Transport,
     subscription per replica for kv-events."""
     work: list[Coroutine[Any, Any, None]] = []
     if len(settings.upstreams) > 1 and settings.health_interval > 0:
-        work.append(watch(balancer.backends, probe, settings.health_interval))
+        work.append(watch(balancer.backends, probe, settings.health_interval, balancer.hold))
     if (settings.routing != "least-loaded" and len(settings.upstreams) > 1
             and settings.routing_poll_interval > 0):
         work.append(LoadPoller(transport, balancer, metrics, settings.routing_poll_interval,
