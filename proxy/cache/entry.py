@@ -163,5 +163,39 @@ def better(new: Entry, old: Entry) -> bool:
         return True
     if new.max_tokens == old.max_tokens:
         return streamed != (False, True)
-    return (new.max_tokens or 0) > (old.max_tokens or 0)
+    if (new.max_tokens or 0) > (old.max_tokens or 0):
+        return True
+    # a lower limit: the older answer serves it only by a cut; one that cannot be cut (no
+    # pieces: a JSON answer) answers its own limit alone, as the new one does, and was kept
+    # for good: every shorter ask of its question a miss (found by a probe). The new one is
+    # the limit asked now.
+    return not cuttable(old)
+
+
+_TEXT_ONLY = frozenset({"index", "message", "text", "finish_reason", "stop_reason"})
+
+
+def text_only(answer: dict[str, Any]) -> bool:
+    """Whether the answer is its text alone, as far as a cut can tell: a cut of it (serve)
+    rewrites only the text, the finish and stop reasons and the usage; anything else with a
+    value in its choice or message (a reasoning parser's `reasoning`, `return_token_ids`' ids)
+    would be left uncut (found by a review: such hits kept a longer answer's token ids)."""
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    choice = choices[0]
+    if any(value for key, value in choice.items() if key not in _TEXT_ONLY):
+        return False
+    message = choice.get("message")
+    return not isinstance(message, dict) or not any(
+        value for key, value in message.items() if key not in ("role", "content"))
+
+
+def cuttable(entry: Entry) -> bool:
+    """Whether a shorter `max_tokens` may be answered by cutting this entry (serve.py): its
+    text kept one piece a token (a stream's, with no stop strings nor min_tokens) and nothing
+    in its answer but the text."""
+    used = entry.completion_tokens
+    return used is not None and entry.pieces is not None and len(entry.pieces) == used \
+        and text_only(entry.answer)
 

@@ -16,26 +16,8 @@ import copy
 import time
 from typing import Any
 
-from proxy.cache.entry import Entry, answer_text, chunks
+from proxy.cache.entry import Entry, answer_text, chunks, cuttable
 from proxy.types import Chunks, TextCounter
-
-_TEXT_ONLY = frozenset({"index", "message", "text", "finish_reason", "stop_reason"})
-
-
-def text_only(answer: dict[str, Any]) -> bool:
-    """Whether the answer is its text alone, as far as a cut can tell: a cut of it (serve)
-    rewrites only the text, the finish and stop reasons and the usage; anything else with a
-    value in its choice or message (a reasoning parser's `reasoning`, `return_token_ids`' ids)
-    would be left uncut (found by a review: such hits kept a longer answer's token ids)."""
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        return False
-    choice = choices[0]
-    if any(value for key, value in choice.items() if key not in _TEXT_ONLY):
-        return False
-    message = choice.get("message")
-    return not isinstance(message, dict) or not any(
-        value for key, value in message.items() if key not in ("role", "content"))
 
 
 def answered(entry: Entry, max_tokens: int | None, streams: bool,
@@ -127,8 +109,8 @@ def serve(entry: Entry, max_tokens: int | None,
     answer: dict[str, Any] | None = None
     if whole(entry, max_tokens):
         answer = copy.deepcopy(entry.answer)
-    elif max_tokens is not None and 0 < max_tokens < used and entry.pieces is not None \
-            and len(entry.pieces) == used and text_only(entry.answer):
+    elif max_tokens is not None and 0 < max_tokens < used and cuttable(entry) \
+            and entry.pieces is not None:
         text = "".join(entry.pieces[:max_tokens])
         if count is not None and count(text) != max_tokens:
             return None
