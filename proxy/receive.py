@@ -13,7 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from proxy.errors import PayloadTooLarge, RequestTimeout, Unauthorized
-from proxy.response_ids import ResponseIds, tag
+from proxy.response_ids import AS_IS, ResponseIds, tag
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ class KeyRing:
     def response_ids(self, tenant: str) -> ResponseIds:
         """The ids of `tenant` (as tenant() named it) for vLLM's stored responses: its own
         (proxy/response_ids.py); without API keys, vLLM's as they are."""
-        return self._ids[tenant] if self._keys else ResponseIds()
+        return self._ids[tenant] if self._keys else AS_IS
 
 
 def identity(key: str) -> str:
